@@ -1,0 +1,195 @@
+"""The rollout callback: prompts -> sampled responses -> rewards -> a RolloutBatch for the module."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback
+
+from lite_ppo.data.prompts import PromptFormatter
+from lite_ppo.hooks import techniques_of
+from lite_ppo.ops.group_outcomes import group_outcome_shares
+from lite_ppo.rewards import STATUSES, MathVerifyReward
+from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig
+from lite_ppo.rollout.hf import HFEngine
+
+
+class Rollout(Callback):
+    """Generates G responses per prompt with the configured engine, scores them, and hands the
+    module a :class:`~lite_ppo.rollout.batch.RolloutBatch` as ``batch["rollout"]``.
+
+    Before each training step: push the policy's weights into the engine if they changed (engines
+    that share the policy need nothing), format and tokenize the prompts, generate, decode, score
+    with the reward, run the techniques' ``on_rollout`` and ``keep_groups`` hooks, and log the
+    rollout scalars (``rollout/*``, ``time/*``). Before each validation batch: the same with
+    ``eval_sampling`` (greedy by default) and no techniques.
+
+    Args:
+        engine: the rollout engine (``HFEngine`` portable default, ``VLLMEngine`` fast).
+        sampling: training sampling (paper: n=8, temperature 0.99, top_p 0.99, top_k 100).
+        eval_sampling: validation sampling (greedy, one sample by default).
+        reward: the verifiable reward (the same object scores evaluation).
+        prompt: how problems become prompts (chat template for instruct models).
+        seed: base seed of the per-step sampling seeds (step index and rank are added).
+
+    Example::
+
+        trainer:
+          callbacks:
+            - class_path: lite_ppo.callbacks.Rollout
+              init_args:
+                engine: {class_path: lite_ppo.rollout.HFEngine}
+                sampling: {n: 8, temperature: 0.99, top_p: 0.99, top_k: 100, max_new_tokens: 8192}
+    """
+
+    def __init__(
+        self,
+        engine: RolloutEngine | None = None,
+        sampling: SamplingConfig | None = None,
+        eval_sampling: SamplingConfig | None = None,
+        reward: MathVerifyReward | None = None,
+        prompt: PromptFormatter | None = None,
+        seed: int = 42,
+    ) -> None:
+        self.engine = engine if engine is not None else HFEngine()
+        self.sampling = sampling if sampling is not None else SamplingConfig()
+        self.eval_sampling = eval_sampling if eval_sampling is not None else SamplingConfig(n=1, greedy=True, max_new_tokens=self.sampling.max_new_tokens)
+        self.reward = reward if reward is not None else MathVerifyReward()
+        self.prompt = prompt if prompt is not None else PromptFormatter()
+        self.seed = seed
+        self._engine_ready = False
+        self._synced_version: int | None = None
+
+    # -- Lightning hooks ---------------------------------------------------------------------------
+    def on_train_batch_start(self, trainer, pl_module, batch: dict[str, Any], batch_idx: int) -> None:
+        seed = self.seed + int(batch.get("index", batch_idx)) * 1000 + trainer.global_rank
+        rollout, timings = self.make_rollout(pl_module, batch["problems"], self.sampling, seed)
+        for technique in techniques_of(trainer):
+            technique.on_rollout(trainer, pl_module, rollout)
+        for technique in techniques_of(trainer):
+            keep = technique.keep_groups(trainer, pl_module, rollout)
+            if keep is not None:
+                rollout = rollout.select(torch.nonzero(keep, as_tuple=False).squeeze(-1))
+        batch["rollout"] = rollout
+        self._log_rollout(pl_module, rollout, timings)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        rollout, _ = self.make_rollout(pl_module, batch["problems"], self.eval_sampling, self.seed + batch_idx)
+        batch["rollout"] = rollout
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self.engine.close()
+        self._engine_ready = False
+
+    # -- the work ----------------------------------------------------------------------------------
+    def make_rollout(self, module, problems: list, sampling: SamplingConfig, seed: int) -> tuple[RolloutBatch, dict[str, float]]:
+        """Generate ``sampling.n`` responses for each problem and score them."""
+        tokenizer = module.tokenizer
+        if not self._engine_ready:
+            self.engine.setup(module.policy, tokenizer, module.model_path)
+            self._engine_ready = True
+        timings: dict[str, float] = {}
+        if not self.engine.shares_policy_weights and self._synced_version != module.policy_version:
+            start = time.perf_counter()
+            self.engine.sync_weights(module.policy)
+            timings["weight_sync_s"] = time.perf_counter() - start
+            self._synced_version = module.policy_version
+
+        prompt_ids = self.prompt.encode([p.problem for p in problems], tokenizer)
+        start = time.perf_counter()
+        generations = self.engine.generate(prompt_ids, sampling, seed=seed)
+        timings["generation_s"] = time.perf_counter() - start
+
+        flat = [(i, g) for i, group in enumerate(generations) for g in group]
+        texts = tokenizer.batch_decode([g.token_ids for _, g in flat], skip_special_tokens=True)
+        start = time.perf_counter()
+        results = self.reward.score_batch(texts, [problems[i].answer for i, _ in flat])
+        timings["reward_s"] = time.perf_counter() - start
+
+        rollout = build_rollout_batch(prompt_ids, generations, [r.score for r in results], tokenizer.pad_token_id, sampling.temperature)
+        rollout.extras.update(
+            tier=[problems[i].tier for i, _ in flat],
+            problem_id=[problems[i].id for i, _ in flat],
+            answer=[problems[i].answer for i, _ in flat],
+            response_text=texts,
+            reward_status=[r.status for r in results],
+            extracted=[r.extracted for r in results],
+        )
+        return rollout.to(module.device), timings
+
+    def _log_rollout(self, module, rollout: RolloutBatch, timings: dict[str, float]) -> None:
+        rewards, group_ids, lengths, truncated = _gather_global(module, rollout)
+        metrics = {
+            "rollout/reward_mean": rewards.mean(),
+            "rollout/reward_std": rewards.std() if rewards.numel() > 1 else rewards.new_zeros(()),
+            "rollout/response_length_mean": lengths.float().mean(),
+            "rollout/response_length_max": lengths.float().max(),
+            "rollout/truncation_rate": truncated.float().mean(),
+        }
+        metrics.update({f"rollout/groups_{k}": v for k, v in group_outcome_shares(rewards, group_ids).items()})
+        n = max(rollout.num_responses, 1)
+        statuses = Counter(rollout.extras.get("reward_status", []))
+        metrics.update({f"rollout/reward_{s}_rate": torch.tensor(statuses.get(s, 0) / n) for s in STATUSES})
+        for name, seconds in timings.items():
+            metrics[f"time/{name}"] = torch.tensor(seconds)
+        if timings.get("generation_s"):
+            metrics["time/generation_tokens_per_s"] = rollout.response_mask.sum().float() / timings["generation_s"]
+        module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=rollout.num_responses)
+
+
+def _gather_global(module, rollout: RolloutBatch) -> tuple[torch.Tensor, ...]:
+    """Rewards, group ids (made unique across ranks), lengths and truncation flags of every rank."""
+    rewards, group_ids = rollout.rewards.float(), rollout.group_ids
+    lengths, truncated = rollout.response_lengths, rollout.truncated
+    if module.trainer.world_size <= 1:
+        return rewards, group_ids, lengths, truncated
+    # all_gather needs equal shapes: every rank holds the same number of responses (a dynamic
+    # sampling technique that drops groups refills to the same size before this point).
+    stacked = module.all_gather(torch.stack([rewards, group_ids.float(), lengths.float(), truncated.float()]))
+    rank_offsets = torch.arange(stacked.shape[0], device=stacked.device).view(-1, 1) * (stacked[:, 1].max() + 1)
+    return (
+        stacked[:, 0].reshape(-1),
+        (stacked[:, 1] + rank_offsets).reshape(-1).long(),
+        stacked[:, 2].reshape(-1).long(),
+        stacked[:, 3].reshape(-1).bool(),
+    )
+
+
+def build_rollout_batch(
+    prompt_ids: list[list[int]], generations: list[list[Generation]], rewards: list[float], pad_id: int, temperature: float
+) -> RolloutBatch:
+    """Lay out prompts (left-padded) and responses (right-padded) as one [B, P + R] tensor.
+
+    Response i of prompt p gets group id p. ``rewards`` are in the same flattened order.
+    """
+    rows = [(p, g) for p, group in enumerate(generations) for g in group]
+    p_width = max(len(ids) for ids in prompt_ids)
+    r_width = max(1, max(len(g.token_ids) for _, g in rows))
+    n = len(rows)
+    input_ids = torch.full((n, p_width + r_width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((n, p_width + r_width), dtype=torch.long)
+    response_mask = torch.zeros((n, r_width), dtype=torch.float32)
+    engine_logprobs = torch.zeros((n, r_width)) if all(g.logprobs is not None for _, g in rows) else None
+    for row, (p, g) in enumerate(rows):
+        prompt, resp = prompt_ids[p], g.token_ids
+        input_ids[row, p_width - len(prompt) : p_width] = torch.tensor(prompt, dtype=torch.long)
+        attention_mask[row, p_width - len(prompt) : p_width + len(resp)] = 1
+        input_ids[row, p_width : p_width + len(resp)] = torch.tensor(resp, dtype=torch.long)
+        response_mask[row, : len(resp)] = 1
+        if engine_logprobs is not None:
+            engine_logprobs[row, : len(resp)] = torch.tensor(g.logprobs, dtype=torch.float32)
+    return RolloutBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        response_mask=response_mask,
+        group_ids=torch.tensor([p for p, _ in rows], dtype=torch.long),
+        rewards=torch.tensor(rewards, dtype=torch.float32),
+        truncated=torch.tensor([g.truncated for _, g in rows], dtype=torch.bool),
+        response_lengths=torch.tensor([len(g.token_ids) for _, g in rows], dtype=torch.long),
+        engine_logprobs=engine_logprobs,
+        temperature=temperature if temperature > 0 else 1.0,
+    )

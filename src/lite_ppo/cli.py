@@ -1,0 +1,69 @@
+"""The ``lite-ppo`` command: LightningCLI (fit / validate / test) plus project commands.
+
+    lite-ppo fit --config configs/quickstart.yaml
+    lite-ppo fit --config configs/recipes/lite_ppo.yaml --config configs/models/smollm2_cpu.yaml
+    lite-ppo prepare-model builtin:smollm2-135m-instruct
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from lightning.pytorch.cli import LightningCLI
+
+from lite_ppo.callbacks.rollout import Rollout
+from lite_ppo.data.datamodule import MathDataModule
+from lite_ppo.module import LitePPO
+
+TRAINER_DEFAULTS = {
+    "log_every_n_steps": 1,
+    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": {"save_dir": "runs", "name": "lite_ppo"}},
+    "num_sanity_val_steps": 0,
+}
+
+
+class LitePPOCLI(LightningCLI):
+    """LightningCLI with the rollout callback as a first-class ``rollout:`` section.
+
+    ``rollout:`` is instantiated and appended to the trainer's callbacks, so model and hardware
+    configs can override one field of it (``rollout.sampling.max_new_tokens``) without restating the
+    callback list; techniques go under ``trainer.callbacks`` in recipe order.
+    """
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_lightning_class_args(Rollout, "rollout")
+
+
+PROJECT_COMMANDS = {"prepare-model": "build or convert a builtin model into the local cache and print its folder"}
+
+
+def _project_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="lite-ppo prepare-model", description=PROJECT_COMMANDS["prepare-model"])
+    parser.add_argument("name", help="builtin:tiny or builtin:smollm2-135m-instruct")
+    args = parser.parse_args(argv)
+    from lite_ppo.models import resolve_model
+
+    print(resolve_model(args.name))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in PROJECT_COMMANDS:
+        raise SystemExit(_project_command(argv[1:]))
+    # vLLM on CPU must run in-process for in-place weight updates (DESIGN.md).
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    LitePPOCLI(
+        LitePPO,
+        MathDataModule,
+        args=argv,
+        trainer_defaults=TRAINER_DEFAULTS,
+        seed_everything_default=42,
+        save_config_kwargs={"overwrite": True},
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""MathDataModule: batches of prompts drawn from difficulty tiers, deterministic and resumable."""
+
+from __future__ import annotations
+
+import random
+import warnings
+from typing import Any
+
+from lightning.pytorch import LightningDataModule
+from torch.utils.data import DataLoader
+
+from lite_ppo.data.loader import BatchDataset, OrderedSampler, ResumableDataLoader, keep_objects, shard_bounds
+from lite_ppo.data.mixture import TierMixture
+from lite_ppo.data.pools import TierPool, build_pool
+from lite_ppo.data.problem import Problem
+
+DEFAULT_SOURCES = {"easy": "synthetic:easy", "medium": "synthetic:medium", "hard": "synthetic:hard"}
+
+
+class MathDataModule(LightningDataModule):
+    """Global batches of ``prompts_per_step`` problems mixed from tiers; each rank gets its slice.
+
+    Batch ``k`` (global index, ``k = epoch * steps_per_epoch + i``) is a pure function of
+    ``(seed, k)`` and the configuration: the tier of each prompt is drawn from the mixture
+    weights in force at ``k``, then the tier's pool gives the problem at position
+    ``k * prompts_per_step + j``. Rank ``r`` of ``R`` gets the contiguous block ``r`` of ``R``
+    equal blocks, so gathering ranks in order rebuilds the global batch.
+
+    Every loader item is a dict::
+
+        {"problems": list[Problem],  # this rank's share of the batch
+         "index": int,               # k, the global batch index (validation: the val batch number)
+         "offset": int}              # position of problems[0] within the global batch
+
+    Resume: :meth:`on_after_batch_transfer` (called right before each training step) records
+    that batch ``k`` was consumed; :meth:`state_dict` saves the count into checkpoints, and
+    Lightning restores it before it builds the train loader, so a resumed run continues with
+    batch ``k + 1``.
+
+    Args:
+        sources: tier name -> ``"synthetic:easy" | "synthetic:medium" | "synthetic:hard"`` or the
+            path of a JSONL (or Parquet) file in the shared/data schema. Default: the three
+            synthetic tiers named easy, medium and hard.
+        weights: relative tier weights (missing tiers weigh 0; not all zero). Default
+            ``{"easy": 1.0}``.
+        schedule: optional curriculum, entries ``{"step": k0, "weights": {...}}``; at batch ``k``
+            the weights of the last entry with ``step <= k`` apply (``weights`` before the first).
+        prompts_per_step: prompts in one global batch (the paper: 128); must divide by the
+            number of ranks.
+        steps_per_epoch: batches per epoch (an epoch is only a logging/checkpoint rhythm here).
+        seed: selects the batches, the synthetic problems and the held-out split.
+        val_size: problems held out per tier for validation (0: no validation loader). They are
+            never used for training.
+        val_batch_size: problems per validation batch (default: ``prompts_per_step``).
+
+    Example (YAML for LightningCLI)::
+
+        data:
+          sources: {easy: /data/train/easy.jsonl, hard: synthetic:hard}
+          weights: {easy: 1.0}
+          schedule: [{step: 200, weights: {easy: 0.5, hard: 0.5}}]
+          prompts_per_step: 128
+          val_size: 64
+    """
+
+    def __init__(
+        self,
+        sources: dict[str, str] | None = None,
+        weights: dict[str, float] | None = None,
+        schedule: list[dict[str, Any]] | None = None,
+        prompts_per_step: int = 128,
+        steps_per_epoch: int = 100,
+        seed: int = 42,
+        val_size: int = 0,
+        val_batch_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.sources = dict(DEFAULT_SOURCES if sources is None else sources)
+        for name, value in (("prompts_per_step", prompts_per_step), ("steps_per_epoch", steps_per_epoch)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if val_size < 0:
+            raise ValueError(f"val_size must be >= 0, got {val_size}")
+        if val_batch_size is not None and val_batch_size < 1:
+            raise ValueError(f"val_batch_size must be >= 1, got {val_batch_size}")
+        # Validated here, before any file is read, so a bad YAML fails at start with its message.
+        self.mixture = TierMixture(list(self.sources), {"easy": 1.0} if weights is None else weights, schedule)
+        self.prompts_per_step, self.steps_per_epoch, self.seed = prompts_per_step, steps_per_epoch, seed
+        self.val_size = val_size
+        self.val_batch_size = val_batch_size or prompts_per_step
+        self.consumed_batches = 0
+        self._pools: dict[str, TierPool] | None = None
+
+    # ------------------------------------------------------------------ batches
+    def setup(self, stage: str | None = None) -> None:
+        self.pools  # noqa: B018 (load files once, in setup, where Lightning expects I/O)
+
+    @property
+    def pools(self) -> dict[str, TierPool]:
+        """The tier pools, built on first use (files are read then)."""
+        if self._pools is None:
+            self._pools = {tier: build_pool(tier, spec, self.seed, self.val_size) for tier, spec in self.sources.items()}
+        return self._pools
+
+    def weights_at(self, k: int) -> dict[str, float]:
+        """The tier weights in force at batch index ``k``."""
+        return self.mixture.weights_at(k)
+
+    def global_batch(self, k: int) -> list[Problem]:
+        """All ``prompts_per_step`` problems of batch ``k`` (every rank's share, in rank order).
+
+        Example:
+            >>> dm = MathDataModule(prompts_per_step=4)
+            >>> [p.tier for p in dm.global_batch(0)]
+            ['easy', 'easy', 'easy', 'easy']
+        """
+        if k < 0:
+            raise ValueError(f"batch index must be >= 0, got {k}")
+        tiers = self.mixture.draw(random.Random(f"lite-ppo:mixture:{self.seed}:{k}"), k, self.prompts_per_step)
+        first = k * self.prompts_per_step
+        return [self.pools[tier].train_problem(first + j) for j, tier in enumerate(tiers)]
+
+    def rank_batch(self, k: int, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
+        """The loader item of batch ``k`` for ``rank``: ``{"problems", "index", "offset"}``."""
+        if self.prompts_per_step % world_size:
+            raise ValueError(
+                f"prompts_per_step={self.prompts_per_step} is not divisible by the world size {world_size}; "
+                "every rank must generate for an equal share of the global batch"
+            )
+        start, end = shard_bounds(self.prompts_per_step, rank, world_size)
+        return {"problems": self.global_batch(k)[start:end], "index": k, "offset": start}
+
+    def held_out(self) -> list[Problem]:
+        """Every held-out problem, tier by tier in ``sources`` order."""
+        return [problem for pool in self.pools.values() for problem in pool.held_out]
+
+    def _rank_and_world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        if trainer is None:
+            return 0, 1
+        return trainer.global_rank, trainer.world_size
+
+    # ------------------------------------------------------------------ loaders
+    def train_dataloader(self) -> DataLoader:
+        """Batches from the resume position (``consumed_batches``) to the end of each epoch."""
+        rank, world_size = self._rank_and_world()
+        self.rank_batch(0, rank, world_size)  # fail here, with the message, on a bad world size
+        dataset = BatchDataset(lambda k: self.rank_batch(k, rank, world_size), self.steps_per_epoch)
+        # The start is read each time an epoch's iteration begins, so one loader serves all epochs.
+        return ResumableDataLoader(dataset, lambda: self.consumed_batches, self._set_consumed)
+
+    def _set_consumed(self, consumed_batches: int) -> None:
+        self.consumed_batches = consumed_batches
+
+    def val_dataloader(self) -> DataLoader | list:
+        """The held-out problems in batches of ``val_batch_size``, each sliced across ranks.
+
+        Returns an empty list (Lightning: no validation) when ``val_size == 0``.
+        """
+        problems = self.held_out()
+        if not problems:
+            return []
+        rank, world_size = self._rank_and_world()
+        size = self.val_batch_size
+        num_batches = -(-len(problems) // size)
+
+        def make_batch(i: int) -> dict[str, Any]:
+            chunk = problems[i * size : (i + 1) * size]
+            start, end = shard_bounds(len(chunk), rank, world_size)
+            return {"problems": chunk[start:end], "index": i, "offset": start}
+
+        dataset = BatchDataset(make_batch, num_batches)
+        return DataLoader(dataset, batch_size=None, sampler=OrderedSampler(dataset), num_workers=0, collate_fn=keep_objects)
+
+    # ------------------------------------------------------------------ resume
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Record a training batch as consumed (Lightning calls this right before the step)."""
+        trainer = self.trainer
+        # Validation and sanity-check batches pass through this hook too (other trainer stages);
+        # only training batches advance the stream.
+        is_training = trainer is None or trainer.training
+        if is_training and isinstance(batch, dict) and "index" in batch:
+            # Set, not increment: the count stays right even if a hook runs twice for one batch.
+            self.consumed_batches = int(batch["index"]) + 1
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"consumed_batches", "seed", "prompts_per_step"}``; Lightning stores it in checkpoints."""
+        return {"consumed_batches": self.consumed_batches, "seed": self.seed, "prompts_per_step": self.prompts_per_step}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue after the batches a checkpoint consumed (the next batch is ``consumed_batches``)."""
+        for key in ("seed", "prompts_per_step"):
+            if key in state_dict and state_dict[key] != getattr(self, key):
+                warnings.warn(
+                    f"resuming with {key}={getattr(self, key)} but the checkpoint used {state_dict[key]}: "
+                    "the batches after the resume point differ from the original run's",
+                    stacklevel=2,
+                )
+        self.consumed_batches = int(state_dict["consumed_batches"])

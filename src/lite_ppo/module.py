@@ -1,0 +1,289 @@
+"""The LightningModule: the policy and one critic-free PPO update over a rollout batch."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Literal
+
+import torch
+from lightning.pytorch import LightningModule
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from lite_ppo.hooks import MiniBatchContext, PolicyLossConfig, Technique, advantage_estimator, build_loss_config, techniques_of
+from lite_ppo.models import resolve_model
+from lite_ppo.ops import aggregate_loss, aggregation_denominator, clip_fractions, clipped_surrogate, entropy_from_logits, logprobs_from_logits
+from lite_ppo.rollout.batch import RolloutBatch
+
+
+class LitePPO(LightningModule):
+    """Critic-free PPO on a Hugging Face causal LM (PAPER.md, "The base algorithm").
+
+    One training step = one rollout batch (filled by the ``Rollout`` callback):
+
+    1. advantages from the single advantage-estimator technique, then ``on_advantages`` hooks;
+    2. old log-probs with the current policy, once, without gradient;
+    3. the batch split into ``num_mini_batches`` mini-batches (strided, see :meth:`mini_batches`),
+       one optimizer step each (manual optimization), each accumulated over micro-batches of
+       ``micro_batch_size`` responses: per-token ratio, clipped surrogate, aggregation with the
+       denominator of the whole optimizer step over all ranks, plus techniques' extra terms;
+    4. gradient clipping, optimizer and LR-scheduler step; scalars to the logger.
+
+    Which techniques run is decided by the trainer's callbacks (see ``lite_ppo.hooks``); the module
+    knows only the hook contract.
+
+    Args:
+        model_path: a local Hugging Face folder, or ``builtin:tiny`` / ``builtin:smollm2-135m-instruct``.
+        lr: peak learning rate (paper: 1e-6).
+        weight_decay, betas: AdamW settings.
+        warmup_steps: optimizer steps of linear warm-up from 0 to ``lr``.
+        lr_schedule: ``constant`` after warm-up, or ``cosine`` decay to ``min_lr_ratio * lr`` over the run.
+        max_grad_norm: gradient clipping by global norm (``None`` disables clipping; the norm is logged anyway).
+        clip_eps: the symmetric clip of the base algorithm; Clip-Higher techniques override either side.
+        num_mini_batches: optimizer steps per rollout batch (each rank's batch divides into this many).
+        micro_batch_size: responses per forward/backward pass (memory bound, no effect on the math).
+        torch_dtype: dtype the policy is loaded in (``float32`` is safest for training on CPU;
+            use ``precision: bf16-mixed`` in the trainer for speed).
+        gradient_checkpointing: trade compute for activation memory.
+
+    Example::
+
+        model:
+          class_path: lite_ppo.LitePPO
+          init_args: {model_path: builtin:tiny, lr: 1.0e-6, num_mini_batches: 4}
+    """
+
+    def __init__(
+        self,
+        model_path: str = "builtin:tiny",
+        lr: float = 1e-6,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        warmup_steps: int = 0,
+        lr_schedule: Literal["constant", "cosine"] = "constant",
+        min_lr_ratio: float = 0.1,
+        max_grad_norm: float | None = 1.0,
+        clip_eps: float = 0.2,
+        num_mini_batches: int = 4,
+        micro_batch_size: int = 8,
+        torch_dtype: Literal["float32", "bfloat16", "float16"] = "float32",
+        gradient_checkpointing: bool = False,
+    ) -> None:
+        super().__init__()
+        if num_mini_batches < 1 or micro_batch_size < 1:
+            raise ValueError("num_mini_batches and micro_batch_size must be >= 1")
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        self.model_path = model_path
+        self.policy: torch.nn.Module | None = None
+        self.tokenizer = None
+        self.policy_version = 0  # bumped after every optimizer step; engines sync when it changes
+        self.loss_config = PolicyLossConfig(clip_low=clip_eps, clip_high=clip_eps)
+
+    # -- model -------------------------------------------------------------------------------------
+    def configure_model(self) -> None:
+        if self.policy is not None:
+            return
+        path = resolve_model(self.hparams.model_path)
+        self.model_path = path
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.policy = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.hparams.torch_dtype))
+        self.policy.config.use_cache = False
+        # from_pretrained returns eval mode; train mode matters for gradient checkpointing. The
+        # supported causal LMs (Llama, Qwen, SmolLM2) have no dropout, so old and new log-probs agree.
+        self.policy.train()
+        if self.hparams.gradient_checkpointing:
+            self.policy.gradient_checkpointing_enable()
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.hparams.lr, betas=tuple(self.hparams.betas), weight_decay=self.hparams.weight_decay)
+        total = max(1, self.trainer.estimated_stepping_batches * self.hparams.num_mini_batches) if self._trainer is not None else 1
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(self.hparams.warmup_steps, self.hparams.lr_schedule, total, self.hparams.min_lr_ratio))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_fit_start(self) -> None:
+        techniques = techniques_of(self.trainer)
+        # Fail at start, naming the techniques, rather than at the first step.
+        self._estimator = advantage_estimator(techniques)
+        self.loss_config = build_loss_config(PolicyLossConfig(clip_low=self.hparams.clip_eps, clip_high=self.hparams.clip_eps), techniques)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["policy_version"] = self.policy_version
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.policy_version = checkpoint.get("policy_version", 0)
+
+    # -- one training step -------------------------------------------------------------------------
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        rollout: RolloutBatch | None = batch.get("rollout") if isinstance(batch, dict) else None
+        if rollout is None:
+            raise RuntimeError("the batch carries no rollout: add `lite_ppo.callbacks.Rollout` under trainer.callbacks")
+        techniques = techniques_of(self.trainer)
+        rollout.advantages = self._estimator.compute_advantages(self.trainer, self, rollout).to(torch.float32)
+        for technique in techniques:
+            technique.on_advantages(self.trainer, self, rollout)
+
+        start = time.perf_counter()
+        rollout.old_logprobs = self.sequence_logprobs(rollout)
+        old_logprob_s = time.perf_counter() - start
+
+        start = time.perf_counter()
+        stats = self.ppo_update(rollout, techniques)
+        train_s = time.perf_counter() - start
+
+        stats["time/old_logprobs_s"] = torch.tensor(old_logprob_s)
+        stats["time/training_s"] = torch.tensor(train_s)
+        stats["time/training_tokens_per_s"] = rollout.attention_mask.sum().float().cpu() / max(train_s, 1e-9)
+        stats["train/advantage_nonzero_rate"] = (rollout.advantages.abs() > 1e-8).float().mean()
+        for technique in techniques:
+            technique.on_update_end(self.trainer, self, rollout, stats)
+        self.log_dict({k: v.float() if isinstance(v, torch.Tensor) else v for k, v in stats.items()}, on_step=True, on_epoch=False, batch_size=rollout.num_responses)
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        rollout: RolloutBatch | None = batch.get("rollout")
+        if rollout is None:
+            raise RuntimeError("the validation batch carries no rollout: add `lite_ppo.callbacks.Rollout` under trainer.callbacks")
+        self.log("val/accuracy", rollout.rewards.float().mean(), on_epoch=True, batch_size=rollout.num_responses, sync_dist=True)
+
+    # -- pieces --------------------------------------------------------------------------------------
+    def mini_batches(self, num_responses: int) -> list[torch.Tensor]:
+        """Row indices of each mini-batch: row i goes to mini-batch ``i % num_mini_batches``.
+
+        Strided rather than contiguous so that, when every rank holds an equal contiguous share of
+        the global batch (a multiple of ``num_mini_batches`` rows), the union over ranks of each
+        rank's mini-batch j is exactly mini-batch j of a single-process run on the whole batch.
+        """
+        m = self.hparams.num_mini_batches
+        if num_responses % m:
+            raise ValueError(f"the rollout batch has {num_responses} responses, not divisible by num_mini_batches={m}")
+        return [torch.arange(j, num_responses, m) for j in range(m)]
+
+    def forward_logits(self, batch: RolloutBatch) -> torch.Tensor:
+        """Logits [b, R, V] predicting each response token, divided by the sampling temperature."""
+        width = batch.response_mask.shape[1]
+        # Left-padded prompts: positions count real tokens only, as generate() did.
+        position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids, use_cache=False, logits_to_keep=width + 1)
+        return out.logits[:, :-1].float() / batch.temperature
+
+    @torch.no_grad()
+    def sequence_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """log pi(o_t | x, o_<t) of the response tokens with the current policy, no gradient: [B, R]."""
+        parts = []
+        for idx in torch.arange(batch.num_responses).split(self.hparams.micro_batch_size):
+            micro = batch.select(idx)
+            parts.append(logprobs_from_logits(self.forward_logits(micro), micro.response_ids) * micro.response_mask)
+        return torch.cat(parts)
+
+    def ppo_update(self, rollout: RolloutBatch, techniques: list[Technique]) -> dict[str, torch.Tensor]:
+        optimizer = self.optimizers()
+        scheduler = self.lr_schedulers()
+        cfg = self.loss_config
+        world = self.trainer.world_size
+        acc = _StepAccumulator()
+        grad_norms = []
+        for mb_idx in self.mini_batches(rollout.num_responses):
+            mini = rollout.select(mb_idx)
+            # The denominator of the whole optimizer step: all micro-batches, all ranks.
+            denominator = self._global_sum(aggregation_denominator(mini.loss_mask, cfg.aggregation))
+            optimizer.zero_grad()
+            for idx in torch.arange(mini.num_responses).split(self.hparams.micro_batch_size):
+                micro = mini.select(idx)
+                logits = self.forward_logits(micro)
+                logprobs = logprobs_from_logits(logits, micro.response_ids)
+                token_loss, ratio = clipped_surrogate(logprobs, micro.old_logprobs, micro.advantages, cfg.clip_low, cfg.clip_high, cfg.dual_clip)
+                policy_loss = aggregate_loss(token_loss, micro.loss_mask, cfg.aggregation, denominator)
+                loss = policy_loss
+                ctx = MiniBatchContext(batch=micro, logprobs=logprobs, logits=logits)
+                for technique in techniques:
+                    for name, term in technique.extra_loss_terms(self.trainer, self, ctx).items():
+                        term_loss = aggregate_loss(term, micro.loss_mask, cfg.aggregation, denominator)
+                        loss = loss + term_loss
+                        acc.add(f"loss/{name}", term_loss)
+                # DDP and DeepSpeed average gradients over ranks; the loss is already a global mean.
+                self.manual_backward(loss * world)
+                self._micro_stats(acc, micro, logits, logprobs, ratio)
+                acc.add("loss/policy", policy_loss)
+                acc.add("loss/total", loss)
+            grad_norms.append(self._clip_gradients(optimizer))
+            optimizer.step()
+            scheduler.step()
+            self.policy_version += 1
+
+        return self._finish_stats(acc, grad_norms, optimizer)
+
+    @torch.no_grad()
+    def _micro_stats(self, acc: "_StepAccumulator", micro: RolloutBatch, logits: torch.Tensor, logprobs: torch.Tensor, ratio: torch.Tensor) -> None:
+        """Token-weighted sums (divided by the global token count in ``_finish_stats``) and extrema."""
+        mask = micro.loss_mask
+        cfg = self.loss_config
+        n = mask.sum()
+        for name, frac in clip_fractions(ratio, micro.advantages, mask, cfg.clip_low, cfg.clip_high, cfg.dual_clip).items():
+            acc.add(f"clip/{name}", frac * n)
+        log_ratio = (logprobs - micro.old_logprobs) * mask
+        acc.add("policy/entropy", (entropy_from_logits(logits) * mask).sum())
+        # k3 estimator of KL(pi_old || pi_theta): E_old[(rho - 1) - log rho] (Schulman 2020), >= 0.
+        acc.add("policy/approx_kl", (((ratio - 1) * mask) - log_ratio).sum())
+        acc.add("policy/ratio_mean", (ratio * mask).sum())
+        acc.add("_tokens", n)
+        if n > 0:
+            acc.extremum("policy/ratio_max", ratio[mask > 0].max())
+            acc.extremum("policy/ratio_min", -ratio[mask > 0].min())
+
+    def _finish_stats(self, acc: "_StepAccumulator", grad_norms: list[torch.Tensor], optimizer) -> dict[str, torch.Tensor]:
+        names = sorted(acc.sums)
+        total = dict(zip(names, self._global_sum(torch.stack([acc.sums[k] for k in names]))))
+        tokens = total.pop("_tokens").clamp(min=1)
+        stats: dict[str, torch.Tensor] = {}
+        for name, value in total.items():
+            # Losses were summed over mini-batches (each a global mean): report the mean step loss.
+            stats[name] = value / self.hparams.num_mini_batches if name.startswith("loss/") else value / tokens
+        for name, value in acc.maxima.items():
+            best = self._global_max(value)
+            stats[name] = -best if name.endswith("_min") else best
+        stats["train/grad_norm"] = torch.stack(grad_norms).mean()
+        stats["train/lr"] = torch.tensor(optimizer.param_groups[0]["lr"])
+        return stats
+
+    def _clip_gradients(self, optimizer) -> torch.Tensor:
+        max_norm = self.hparams.max_grad_norm
+        params = [p for p in self.policy.parameters() if p.grad is not None]
+        return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else math.inf).detach().float().cpu()
+
+    def _global_sum(self, value: torch.Tensor) -> torch.Tensor:
+        if self.trainer.world_size <= 1:
+            return value
+        return self.trainer.strategy.reduce(value.clone(), reduce_op="sum")
+
+    def _global_max(self, value: torch.Tensor) -> torch.Tensor:
+        return value if self.trainer.world_size <= 1 else self.all_gather(value).max()
+
+
+class _StepAccumulator:
+    """Sums and maxima collected over the micro-batches of one training step (detached, float)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.maxima: dict[str, torch.Tensor] = {}
+
+    def add(self, name: str, value: torch.Tensor) -> None:
+        value = value.detach().float()
+        self.sums[name] = self.sums[name] + value if name in self.sums else value
+
+    def extremum(self, name: str, value: torch.Tensor) -> None:
+        value = value.detach().float()
+        self.maxima[name] = torch.maximum(self.maxima[name], value) if name in self.maxima else value
+
+
+def _lr_lambda(warmup_steps: int, schedule: str, total_steps: int, min_ratio: float):
+    def factor(step: int) -> float:
+        if warmup_steps > 0 and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if schedule == "cosine":
+            progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+            return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        return 1.0
+
+    return factor

@@ -1,0 +1,25 @@
+"""Pure tensor functions: advantages, the clipped surrogate, loss aggregation, statistics.
+
+Nothing here imports the rest of the project; every function is a plain function of tensors.
+"""
+
+from lite_ppo.ops.advantages import SCOPES, normalized_advantages, group_statistics
+from lite_ppo.ops.aggregation import aggregate_loss, aggregation_denominator
+from lite_ppo.ops.logprobs import entropy_from_logits, logprobs_from_logits
+from lite_ppo.ops.policy_loss import clip_fractions, clipped_surrogate
+from lite_ppo.ops.stats import masked_mean, masked_std, masked_sum
+
+__all__ = [
+    "SCOPES",
+    "aggregate_loss",
+    "aggregation_denominator",
+    "clip_fractions",
+    "clipped_surrogate",
+    "entropy_from_logits",
+    "logprobs_from_logits",
+    "masked_mean",
+    "masked_std",
+    "masked_sum",
+    "normalized_advantages",
+    "group_statistics",
+]

@@ -1,0 +1,93 @@
+"""Response-level advantages from scalar rewards with independent centre and scale scopes.
+
+PAPER.md, technique 1 ("Advantage normalization"), with r the reward of response i of group g:
+
+    group:   A = (r - mean_group) / (std_group + eps)          (GRPO)
+    batch:   A = (r - mean_batch) / (std_batch + eps)          (REINFORCE++)
+    no std:  A = r - mean_{group or batch}                     (Dr. GRPO, "remove std")
+    mixed:   A = (r - mean_group) / (std_batch + eps)          (Lite PPO)
+
+The centre (``mean_scope``) and the scale (``std_scope``) are chosen independently among
+``group`` / ``batch`` / ``none``. Standard deviations are Bessel-corrected (``torch.std``'s default,
+as GRPO implementations use); "batch" means the whole global rollout batch, so callers running on
+several ranks pass the global ``batch_stats``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SCOPES = ("group", "batch", "none")
+
+
+def group_statistics(
+    rewards: torch.Tensor, group_ids: torch.Tensor, weight: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-response mean and std of the response's group (Bessel-corrected).
+
+    Args:
+        rewards: [B] float.
+        group_ids: [B] long, ids in any order (need not be contiguous).
+        weight: [B] 0/1, the responses that count in the statistics (all when None).
+
+    Returns:
+        (group_mean [B], group_std [B]); a group with one counted response has std 0.
+    """
+    weight = torch.ones_like(rewards) if weight is None else weight.to(rewards.dtype)
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    n = int(inverse.max().item()) + 1 if inverse.numel() else 0
+    counts = torch.zeros(n, dtype=rewards.dtype, device=rewards.device).index_add_(0, inverse, weight)
+    sums = torch.zeros_like(counts).index_add_(0, inverse, rewards * weight)
+    means = sums / counts.clamp(min=1)
+    sq_dev = torch.zeros_like(counts).index_add_(0, inverse, weight * (rewards - means[inverse]) ** 2)
+    stds = (sq_dev / (counts - 1).clamp(min=1)).sqrt()
+    return means[inverse], stds[inverse]
+
+
+def normalized_advantages(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    mean_scope: str = "group",
+    std_scope: str = "batch",
+    eps: float = 1e-6,
+    batch_stats: tuple[torch.Tensor, torch.Tensor] | None = None,
+    stats_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """A_i = (r_i - centre_i) / (scale_i + eps), one advantage per response.
+
+    Args:
+        rewards: [B] float rewards.
+        group_ids: [B] long; responses of one prompt share an id.
+        mean_scope: ``group`` | ``batch`` | ``none`` (centre 0).
+        std_scope: ``group`` | ``batch`` | ``none`` (scale 1, eps not added).
+        eps: added to the std (PAPER.md: 1e-6).
+        batch_stats: (mean, std) of the global batch; computed from ``rewards`` when None.
+        stats_mask: [B] bool, responses that count in the group and batch statistics (all when None).
+            Excluded responses still receive an advantage from the others' statistics.
+
+    Returns:
+        [B] advantages.
+    """
+    if mean_scope not in SCOPES or std_scope not in SCOPES:
+        raise ValueError(f"mean_scope and std_scope must be in {SCOPES}, got {mean_scope!r}, {std_scope!r}")
+    # float64: an all-equal group must centre to (almost) exactly 0 before dividing by std + eps,
+    # where float32 rounding of the mean (~1e-8) would become ~1e-2 after dividing by eps = 1e-6.
+    out_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
+    rewards = rewards.double()
+    mask = torch.ones_like(rewards, dtype=torch.bool) if stats_mask is None else stats_mask.bool()
+
+    if mean_scope == "group" or std_scope == "group":
+        # Statistics from the counted responses only: give excluded ones a weight of zero.
+        g_mean, g_std = group_statistics(rewards, group_ids, mask)
+    if batch_stats is None and "batch" in (mean_scope, std_scope):
+        counted = rewards[mask]
+        batch_stats = (counted.mean(), counted.std() if counted.numel() > 1 else counted.new_zeros(()))
+    elif batch_stats is not None:
+        batch_stats = (torch.as_tensor(batch_stats[0]).double(), torch.as_tensor(batch_stats[1]).double())
+
+    centre = {"group": lambda: g_mean, "batch": lambda: batch_stats[0], "none": lambda: 0.0}[mean_scope]()
+    centred = rewards - centre
+    if std_scope == "none":
+        return centred.to(out_dtype)
+    scale = g_std if std_scope == "group" else batch_stats[1]
+    return (centred / (scale + eps)).to(out_dtype)

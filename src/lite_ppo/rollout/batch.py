@@ -1,0 +1,116 @@
+"""The tensors of one rollout step, shared by the rollout callback, the techniques and the module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import torch
+
+
+@dataclass
+class RolloutBatch:
+    """G responses for each of N prompts on this rank, laid out for one forward pass.
+
+    Shapes (B = N * G responses, P = padded prompt width, R = padded response width):
+
+    - ``input_ids`` [B, P + R]: prompt left-padded to P, then response right-padded to R.
+    - ``attention_mask`` [B, P + R]: 1 on real prompt and response tokens.
+    - ``response_mask`` [B, R]: 1 on generated tokens (EOS included when it was generated).
+    - ``loss_mask`` [B, R]: tokens that enter the policy loss; starts as ``response_mask`` and
+      techniques (overlong filtering) may zero rows of it after advantages are computed.
+    - ``group_ids`` [B]: index of the prompt a response answers; a group never straddles ranks.
+    - ``rewards`` [B] float, ``truncated`` [B] bool (hit max tokens without EOS),
+      ``response_lengths`` [B] long.
+    - ``advantages`` [B] (one value per response, PAPER.md) once an estimator has run.
+    - ``old_logprobs`` [B, R]: log pi_old of the sampled tokens, computed once by the module.
+    - ``engine_logprobs`` [B, R] or None: the rollout engine's own log-probs, for drift diagnostics.
+    - ``temperature``: the sampling temperature; the trainer's log-probs are those of
+      softmax(logits / temperature), the distribution the responses were sampled from.
+    - ``extras``: per-response python lists (``tier``, ``prompt_text``, ``response_text``,
+      ``answer``, ``reward_status``) and anything a technique wants to carry along.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    group_ids: torch.Tensor
+    rewards: torch.Tensor
+    truncated: torch.Tensor
+    response_lengths: torch.Tensor
+    loss_mask: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    old_logprobs: torch.Tensor | None = None
+    engine_logprobs: torch.Tensor | None = None
+    temperature: float = 1.0
+    extras: dict[str, list[Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.loss_mask is None:
+            self.loss_mask = self.response_mask.clone()
+
+    @property
+    def num_responses(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def prompt_width(self) -> int:
+        return self.input_ids.shape[1] - self.response_mask.shape[1]
+
+    @property
+    def response_ids(self) -> torch.Tensor:
+        """[B, R] the generated token ids (padding where ``response_mask`` is 0)."""
+        return self.input_ids[:, self.prompt_width :]
+
+    def select(self, index: torch.Tensor) -> "RolloutBatch":
+        """Rows ``index`` (a 1-D long tensor) of every per-response field, in that order."""
+        index = index.to(self.input_ids.device)
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor):
+                out[f.name] = value[index]
+            elif f.name == "extras":
+                idx = index.tolist()
+                out[f.name] = {k: [v[i] for i in idx] for k, v in value.items()}
+            else:
+                out[f.name] = value
+        return replace(self, **out)
+
+    def to(self, device: torch.device | str) -> "RolloutBatch":
+        out = {f.name: getattr(self, f.name).to(device) for f in fields(self) if isinstance(getattr(self, f.name), torch.Tensor)}
+        return replace(self, **out)
+
+    @staticmethod
+    def concat(batches: list["RolloutBatch"], pad_token_id: int) -> "RolloutBatch":
+        """Stack batches whose prompt and response widths may differ (re-pads both sides).
+
+        Group ids are offset so that groups of different batches stay distinct.
+        """
+        if len(batches) == 1:
+            return batches[0]
+        p_width = max(b.prompt_width for b in batches)
+        r_width = max(b.response_mask.shape[1] for b in batches)
+        parts: dict[str, list[torch.Tensor]] = {}
+        extras: dict[str, list[Any]] = {}
+        group_offset = 0
+        for b in batches:
+            dp, dr = p_width - b.prompt_width, r_width - b.response_mask.shape[1]
+            pad_seq = lambda t, value: torch.nn.functional.pad(t, (dp, dr), value=value)  # noqa: E731
+            pad_resp = lambda t, value: torch.nn.functional.pad(t, (0, dr), value=value)  # noqa: E731
+            parts.setdefault("input_ids", []).append(pad_seq(b.input_ids, pad_token_id))
+            parts.setdefault("attention_mask", []).append(pad_seq(b.attention_mask, 0))
+            for name in ("response_mask", "loss_mask", "old_logprobs", "engine_logprobs"):
+                value = getattr(b, name)
+                if value is not None:
+                    parts.setdefault(name, []).append(pad_resp(value, 0))
+            parts.setdefault("group_ids", []).append(b.group_ids + group_offset)
+            group_offset += int(b.group_ids.max().item()) + 1 if b.num_responses else 0
+            for name in ("rewards", "truncated", "response_lengths", "advantages"):
+                value = getattr(b, name)
+                if value is not None:
+                    parts.setdefault(name, []).append(value)
+            for k, v in b.extras.items():
+                extras.setdefault(k, []).extend(v)
+        merged = {k: torch.cat(v) for k, v in parts.items() if len(v) == len(batches)}
+        return RolloutBatch(**merged, temperature=batches[0].temperature, extras=extras)

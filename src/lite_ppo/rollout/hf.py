@@ -1,0 +1,99 @@
+"""Rollouts with transformers ``generate``: the portable engine (CPU, GPU, any HF causal LM)."""
+
+from __future__ import annotations
+
+import torch
+
+from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig
+
+
+class HFEngine(RolloutEngine):
+    """Samples with the training policy itself through ``model.generate``.
+
+    Prompts are batched with left padding, ``n`` samples per prompt; generation stops at EOS or
+    ``max_new_tokens`` (then the response is flagged truncated). Because the engine uses the live
+    policy there is nothing to sync. It does not report engine log-probs (they would equal the
+    trainer's own).
+
+    Args:
+        batch_size: prompts per ``generate`` call (each expands to ``n`` sequences); bounds memory.
+
+    Example::
+
+        engine: {class_path: lite_ppo.rollout.HFEngine, init_args: {batch_size: 16}}
+    """
+
+    def __init__(self, batch_size: int = 16) -> None:
+        if batch_size < 1:
+            raise ValueError(f"HFEngine.batch_size must be >= 1, got {batch_size}")
+        self.batch_size = batch_size
+        self._policy: torch.nn.Module | None = None
+        self._tokenizer = None
+
+    @property
+    def shares_policy_weights(self) -> bool:
+        return True
+
+    def setup(self, policy: torch.nn.Module, tokenizer, model_path: str) -> None:
+        self._policy = policy
+        self._tokenizer = tokenizer
+
+    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig, seed: int | None = None) -> list[list[Generation]]:
+        if self._policy is None:
+            raise RuntimeError("HFEngine.generate called before setup()")
+        if seed is not None:
+            torch.manual_seed(seed)
+        eos_ids = _eos_ids(self._policy, self._tokenizer)
+        out: list[list[Generation]] = []
+        was_training = self._policy.training
+        self._policy.eval()
+        try:
+            for start in range(0, len(prompt_token_ids), self.batch_size):
+                out.extend(self._generate_chunk(prompt_token_ids[start : start + self.batch_size], sampling, eos_ids))
+        finally:
+            self._policy.train(was_training)
+        return out
+
+    @torch.no_grad()
+    def _generate_chunk(self, prompts: list[list[int]], sampling: SamplingConfig, eos_ids: list[int]) -> list[list[Generation]]:
+        pad_id = self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else eos_ids[0]
+        width = max(len(p) for p in prompts)
+        device = next(self._policy.parameters()).device
+        input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
+        attention_mask = torch.zeros_like(input_ids)
+        for row, ids in enumerate(prompts):  # left padding: the response starts at column `width`
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, width - len(ids) :] = 1
+        kwargs = dict(max_new_tokens=sampling.max_new_tokens, num_return_sequences=sampling.n, eos_token_id=eos_ids, pad_token_id=pad_id)
+        if sampling.greedy:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(
+                do_sample=True,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k if sampling.top_k > 0 else None,
+            )
+        sequences = self._policy.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        responses = sequences[:, width:].tolist()
+        eos = set(eos_ids)
+        result: list[list[Generation]] = []
+        for p in range(len(prompts)):
+            group = []
+            for tokens in responses[p * sampling.n : (p + 1) * sampling.n]:
+                end = next((i for i, t in enumerate(tokens) if t in eos), None)
+                # generate pads finished rows; cut after the first EOS, keep the EOS itself
+                group.append(Generation(tokens[: end + 1], True) if end is not None else Generation(tokens, False))
+            result.append(group)
+        return result
+
+
+def _eos_ids(policy: torch.nn.Module, tokenizer) -> list[int]:
+    """EOS ids from the generation config (instruct models often list several), else the tokenizer's."""
+    config_eos = getattr(getattr(policy, "generation_config", None), "eos_token_id", None)
+    ids = config_eos if isinstance(config_eos, list) else [config_eos] if config_eos is not None else []
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    if not ids:
+        raise ValueError("the model has no EOS token (neither generation_config.eos_token_id nor tokenizer.eos_token_id)")
+    return ids
