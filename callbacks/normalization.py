@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
 from lite_ppo.hooks import Technique
 from lite_ppo.ops.advantages import SCOPES, normalized_advantages
+from lite_ppo.ops.weighted_advantages import weighted_mean_std, weighted_normalized_advantages
 from lite_ppo.rollout.batch import RolloutBatch
+
+WEIGHTINGS = ("sample", "token")
 
 
 class AdvantageNormalization(Technique):
@@ -20,6 +25,13 @@ class AdvantageNormalization(Technique):
         mean_scope: where the centre comes from (``group`` = GRPO / Lite PPO).
         std_scope: where the scale comes from (``batch`` = Lite PPO, ``group`` = GRPO, ``none`` = Dr. GRPO).
         eps: added to the std (PAPER.md: 1e-6).
+        count_truncated: whether truncated responses (no EOS within the length limit) count in the
+            group and batch statistics. They always *receive* an advantage; pair ``False`` with
+            :class:`~lite_ppo.callbacks.OverlongFilter` to drop them from the statistics as well as
+            from the loss. A group whose responses are all excluded gets advantage 0 under a group scope.
+        weighting: ``sample`` (every counted response weighs 1, the paper's definition) or ``token``
+            (a response weighs its length in tokens: the statistics of the rewards as a token-level
+            loss sees them). See :mod:`lite_ppo.ops.weighted_advantages`.
 
     Example (Lite PPO's mixed normalization)::
 
@@ -27,23 +39,54 @@ class AdvantageNormalization(Technique):
           callbacks:
             - class_path: lite_ppo.callbacks.AdvantageNormalization
               init_args: {mean_scope: group, std_scope: batch}
+
+    Example (GRPO's group z-score, truncated responses left out of the statistics)::
+
+        - class_path: lite_ppo.callbacks.AdvantageNormalization
+          init_args: {mean_scope: group, std_scope: group, count_truncated: false}
     """
 
-    def __init__(self, mean_scope: str = "group", std_scope: str = "batch", eps: float = 1e-6) -> None:
+    def __init__(
+        self,
+        mean_scope: str = "group",
+        std_scope: str = "batch",
+        eps: float = 1e-6,
+        count_truncated: bool = True,
+        weighting: Literal["sample", "token"] = "sample",
+    ) -> None:
         if mean_scope not in SCOPES:
             raise ValueError(f"AdvantageNormalization.mean_scope must be one of {SCOPES}, got {mean_scope!r}")
         if std_scope not in SCOPES:
             raise ValueError(f"AdvantageNormalization.std_scope must be one of {SCOPES}, got {std_scope!r}")
+        if weighting not in WEIGHTINGS:
+            raise ValueError(f"AdvantageNormalization.weighting must be one of {WEIGHTINGS}, got {weighting!r}")
         self.mean_scope = mean_scope
         self.std_scope = std_scope
         self.eps = eps
+        self.count_truncated = count_truncated
+        self.weighting = weighting
+
+    def statistics_weights(self, batch: RolloutBatch) -> torch.Tensor:
+        """[B] float64: how many times each response counts in the statistics."""
+        weights = torch.ones(batch.num_responses, dtype=torch.float64, device=batch.rewards.device)
+        if not self.count_truncated:
+            weights = weights * (~batch.truncated.bool()).to(weights.dtype)
+        if self.weighting == "token":
+            weights = weights * batch.response_lengths.to(weights.dtype)
+        return weights
 
     def compute_advantages(self, trainer, module, batch: RolloutBatch) -> torch.Tensor:
-        batch_stats = None
-        if "batch" in (self.mean_scope, self.std_scope):
-            batch_stats = _global_mean_std(module, batch.rewards.double())
-        return normalized_advantages(
-            batch.rewards, batch.group_ids, self.mean_scope, self.std_scope, self.eps, batch_stats=batch_stats
+        uses_batch = "batch" in (self.mean_scope, self.std_scope)
+        if self.count_truncated and self.weighting == "sample":
+            # The paper's definition: every response counts once.
+            batch_stats = _global_mean_std(module, batch.rewards.double()) if uses_batch else None
+            return normalized_advantages(
+                batch.rewards, batch.group_ids, self.mean_scope, self.std_scope, self.eps, batch_stats=batch_stats
+            )
+        weights = self.statistics_weights(batch)
+        batch_stats = _global_weighted_mean_std(module, batch.rewards.double(), weights) if uses_batch else None
+        return weighted_normalized_advantages(
+            batch.rewards, batch.group_ids, weights, self.mean_scope, self.std_scope, self.eps, batch_stats=batch_stats
         )
 
 
@@ -52,3 +95,12 @@ def _global_mean_std(module, rewards: torch.Tensor) -> tuple[torch.Tensor, torch
     gathered = module.all_gather(rewards) if module.trainer.world_size > 1 else rewards
     flat = gathered.reshape(-1)
     return flat.mean(), flat.std() if flat.numel() > 1 else flat.new_zeros(())
+
+
+def _global_weighted_mean_std(module, rewards: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weighted mean and std over every rank (one all-gather of [2, B] floats)."""
+    stacked = torch.stack([rewards, weights])
+    if module.trainer.world_size > 1:
+        stacked = module.all_gather(stacked)  # [world, 2, B]
+        stacked = stacked.transpose(0, 1).reshape(2, -1)
+    return weighted_mean_std(stacked[0], stacked[1])

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Callback
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lite_ppo.data.prompts import PromptFormatter
 from lite_ppo.hooks import techniques_of
@@ -35,6 +36,10 @@ class Rollout(Callback):
         reward: the verifiable reward (the same object scores evaluation).
         prompt: how problems become prompts (chat template for instruct models).
         seed: base seed of the per-step sampling seeds (step index and rank are added).
+        max_refill_rounds: when a technique's ``keep_groups`` drops groups (dynamic sampling), at
+            most this many extra rounds of prompts are generated to refill the batch. Every rank
+            runs the same number of rounds. A batch still short after them is topped up with
+            dropped groups (with a warning) so that every rank keeps the same shape.
 
     Example::
 
@@ -54,6 +59,7 @@ class Rollout(Callback):
         reward: MathVerifyReward | None = None,
         prompt: PromptFormatter | None = None,
         seed: int = 42,
+        max_refill_rounds: int = 0,
     ) -> None:
         self.engine = engine if engine is not None else HFEngine()
         self.sampling = sampling if sampling is not None else SamplingConfig()
@@ -61,21 +67,55 @@ class Rollout(Callback):
         self.reward = reward if reward is not None else MathVerifyReward()
         self.prompt = prompt if prompt is not None else PromptFormatter()
         self.seed = seed
+        if max_refill_rounds < 0:
+            raise ValueError(f"Rollout.max_refill_rounds must be >= 0, got {max_refill_rounds}")
+        self.max_refill_rounds = max_refill_rounds
         self._engine_ready = False
         self._synced_version: int | None = None
 
     # -- Lightning hooks ---------------------------------------------------------------------------
     def on_train_batch_start(self, trainer, pl_module, batch: dict[str, Any], batch_idx: int) -> None:
-        seed = self.seed + int(batch.get("index", batch_idx)) * 1000 + trainer.global_rank
-        rollout, timings = self.make_rollout(pl_module, batch["problems"], self.sampling, seed)
-        for technique in techniques_of(trainer):
-            technique.on_rollout(trainer, pl_module, rollout)
-        for technique in techniques_of(trainer):
-            keep = technique.keep_groups(trainer, pl_module, rollout)
-            if keep is not None:
-                rollout = rollout.select(torch.nonzero(keep, as_tuple=False).squeeze(-1))
+        index = int(batch.get("index", batch_idx))
+        problems = batch["problems"]
+        rollout, timings = self._scored_rollout(trainer, pl_module, problems, index, round_index=0)
+        target_groups = len(problems)
+        keep = _keep_mask(trainer, pl_module, rollout)
+        if keep is not None:
+            kept, dropped = rollout.select(_rows(keep)), rollout.select(_rows(~keep))
+            rounds = 0
+            while rounds < self.max_refill_rounds and _any_rank(pl_module, _num_groups(kept) < target_groups):
+                rounds += 1
+                extra = trainer.datamodule.refill_batch(index, rounds, trainer.global_rank, trainer.world_size)
+                more, more_timings = self._scored_rollout(trainer, pl_module, extra["problems"], index, rounds)
+                for name, seconds in more_timings.items():
+                    timings[name] = timings.get(name, 0.0) + seconds
+                more_keep = _keep_mask(trainer, pl_module, more)
+                kept = RolloutBatch.concat([kept, more.select(_rows(more_keep))], pl_module.tokenizer.pad_token_id)
+                dropped = RolloutBatch.concat([dropped, more.select(_rows(~more_keep))], pl_module.tokenizer.pad_token_id)
+            rollout = self._fill_to(kept, dropped, target_groups, pl_module, rounds)
+            pl_module.log("rollout/refill_rounds", float(rounds), on_step=True, on_epoch=False, batch_size=1)
+            pl_module.log("rollout/dropped_group_share", 1.0 - (keep.float().mean().item()), on_step=True, on_epoch=False, batch_size=1)
         batch["rollout"] = rollout
         self._log_rollout(pl_module, rollout, timings)
+
+    def _scored_rollout(self, trainer, module, problems: list, index: int, round_index: int) -> tuple[RolloutBatch, dict[str, float]]:
+        seed = self.seed + (index * 1000 + trainer.global_rank) * 1000 + round_index
+        rollout, timings = self.make_rollout(module, problems, self.sampling, seed)
+        for technique in techniques_of(trainer):
+            technique.on_rollout(trainer, module, rollout)
+        return rollout, timings
+
+    def _fill_to(self, kept: RolloutBatch, dropped: RolloutBatch, target_groups: int, module, rounds: int) -> RolloutBatch:
+        """Exactly ``target_groups`` groups: the first kept ones, topped up with dropped ones."""
+        pad = module.tokenizer.pad_token_id
+        missing = target_groups - _num_groups(kept)
+        if missing > 0:
+            rank_zero_warn(
+                f"dynamic sampling could not fill the batch after {rounds} refill round(s): {missing} of "
+                f"{target_groups} groups are filtered ones (raise Rollout.max_refill_rounds)"
+            )
+            kept = RolloutBatch.concat([kept, _first_groups(dropped, missing)], pad) if _num_groups(kept) else _first_groups(dropped, missing)
+        return _first_groups(kept, target_groups)
 
     def on_validation_batch_start(self, trainer, pl_module, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         rollout, _ = self.make_rollout(pl_module, batch["problems"], self.eval_sampling, self.seed + batch_idx)
@@ -139,6 +179,42 @@ class Rollout(Callback):
         if timings.get("generation_s"):
             metrics["time/generation_tokens_per_s"] = rollout.response_mask.sum().float() / timings["generation_s"]
         module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=rollout.num_responses)
+
+
+def _keep_mask(trainer, module, rollout: RolloutBatch) -> torch.Tensor | None:
+    """AND of every technique's ``keep_groups`` mask, or None when no technique filters."""
+    keep = None
+    for technique in techniques_of(trainer):
+        mask = technique.keep_groups(trainer, module, rollout)
+        if mask is not None:
+            keep = mask.bool() if keep is None else keep & mask.bool()
+    return keep
+
+
+def _rows(mask: torch.Tensor) -> torch.Tensor:
+    return torch.nonzero(mask, as_tuple=False).squeeze(-1)
+
+
+def _num_groups(batch: RolloutBatch) -> int:
+    return int(torch.unique(batch.group_ids).numel())
+
+
+def _first_groups(batch: RolloutBatch, count: int) -> RolloutBatch:
+    """The rows of the first ``count`` distinct groups, in order of first appearance."""
+    order: list[int] = []
+    for g in batch.group_ids.tolist():
+        if g not in order:
+            order.append(g)
+    chosen = torch.tensor(order[:count], device=batch.group_ids.device)
+    return batch.select(_rows(torch.isin(batch.group_ids, chosen)))
+
+
+def _any_rank(module, flag: bool) -> bool:
+    """True when ``flag`` holds on any rank, so that all ranks run the same number of rounds."""
+    value = torch.tensor(float(flag), device=module.device)
+    if module.trainer.world_size > 1:
+        value = module.trainer.strategy.reduce(value, reduce_op="sum")
+    return bool(value.item() > 0)
 
 
 def _gather_global(module, rollout: RolloutBatch) -> tuple[torch.Tensor, ...]:

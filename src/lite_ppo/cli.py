@@ -3,6 +3,7 @@
     lite-ppo fit --config configs/quickstart.yaml
     lite-ppo fit --config configs/recipes/lite_ppo.yaml --config configs/models/smollm2_cpu.yaml
     lite-ppo prepare-model builtin:smollm2-135m-instruct
+    lite-ppo evaluate --model runs/ckpt/last.ckpt --data-dir ../shared/data/eval --out eval_out
 """
 
 from __future__ import annotations
@@ -36,10 +37,17 @@ class LitePPOCLI(LightningCLI):
         parser.add_lightning_class_args(Rollout, "rollout")
 
 
-PROJECT_COMMANDS = {"prepare-model": "build or convert a builtin model into the local cache and print its folder"}
+PROJECT_COMMANDS = {
+    "prepare-model": "build or convert a builtin model into the local cache and print its folder",
+    "evaluate": "evaluate a model folder, builtin or .ckpt on math benchmarks (metrics.json, metrics.md, responses.jsonl)",
+}
 
 
-def _project_command(argv: list[str]) -> int:
+def _project_command(argv: list[str], name: str = "prepare-model") -> int:
+    if name == "evaluate":
+        from lite_ppo.evaluation.command import main as evaluate
+
+        return evaluate(argv)
     parser = argparse.ArgumentParser(prog="lite-ppo prepare-model", description=PROJECT_COMMANDS["prepare-model"])
     parser.add_argument("name", help="builtin:tiny or builtin:smollm2-135m-instruct")
     args = parser.parse_args(argv)
@@ -52,7 +60,7 @@ def _project_command(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in PROJECT_COMMANDS:
-        raise SystemExit(_project_command(argv[1:]))
+        raise SystemExit(_project_command(argv[1:], argv[0]))
     # vLLM on CPU must run in-process for in-place weight updates (DESIGN.md).
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     LitePPOCLI(

@@ -13,7 +13,9 @@ Order within one training step::
     module:            compute_advantages  (exactly one technique: the advantage estimator)
                        on_advantages       (may edit advantages / loss_mask, e.g. overlong filter)
                        configure_loss      (once, at fit start: clip range, aggregation, ...)
-                       old log-probs, then for every mini-batch:
+                       old log-probs ->    on_old_logprobs (may set batch.token_weights, e.g. an
+                                                            importance-sampling correction)
+                       then for every mini-batch:
                            extra_loss_terms (per-token terms added to the loss, e.g. KL)
                        on_update_end       (read-only: diagnostics, logging)
 """
@@ -108,6 +110,10 @@ class Technique(Callback):
 
     def on_advantages(self, trainer: "Trainer", module: "LightningModule", batch: RolloutBatch) -> None:
         """After advantages. May edit ``batch.advantages`` and ``batch.loss_mask`` in place."""
+
+    def on_old_logprobs(self, trainer: "Trainer", module: "LightningModule", batch: RolloutBatch) -> None:
+        """After ``batch.old_logprobs`` are computed, before the first optimizer step. May set or
+        multiply ``batch.token_weights`` [B, R] (per-token weights of the surrogate loss)."""
 
     def configure_loss(self, config: PolicyLossConfig) -> dict[str, Any]:
         """Return the fields of ``config`` this technique sets, e.g. ``{"clip_high": 0.28}``."""

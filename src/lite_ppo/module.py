@@ -14,6 +14,7 @@ from lite_ppo.hooks import MiniBatchContext, PolicyLossConfig, Technique, advant
 from lite_ppo.models import resolve_model
 from lite_ppo.ops import aggregate_loss, aggregation_denominator, clip_fractions, clipped_surrogate, entropy_from_logits, logprobs_from_logits
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.strategies.zero import adamw_class, begin_micro_batch, deepspeed_engine, engine_grad_norm, hf_zero3_loading, set_gradient_clipping
 
 
 class LitePPO(LightningModule):
@@ -22,7 +23,7 @@ class LitePPO(LightningModule):
     One training step = one rollout batch (filled by the ``Rollout`` callback):
 
     1. advantages from the single advantage-estimator technique, then ``on_advantages`` hooks;
-    2. old log-probs with the current policy, once, without gradient;
+    2. old log-probs with the current policy, once, without gradient, then ``on_old_logprobs``;
     3. the batch split into ``num_mini_batches`` mini-batches (strided, see :meth:`mini_batches`),
        one optimizer step each (manual optimization), each accumulated over micro-batches of
        ``micro_batch_size`` responses: per-token ratio, clipped surrogate, aggregation with the
@@ -89,7 +90,11 @@ class LitePPO(LightningModule):
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.policy = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.hparams.torch_dtype))
+        # Under ZeRO-3 (Lightning runs this inside deepspeed.zero.Init) transformers must know, so it
+        # loads the checkpoint into the partitioned parameters and generates with synced_gpus.
+        with hf_zero3_loading(self._trainer) as zero3_token:
+            self.policy = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.hparams.torch_dtype))
+        self.policy._lite_ppo_zero3 = zero3_token  # keeps transformers' ZeRO-3 flag alive with the policy
         self.policy.config.use_cache = False
         # from_pretrained returns eval mode; train mode matters for gradient checkpointing. The
         # supported causal LMs (Llama, Qwen, SmolLM2) have no dropout, so old and new log-probs agree.
@@ -98,7 +103,8 @@ class LitePPO(LightningModule):
             self.policy.gradient_checkpointing_enable()
 
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.hparams.lr, betas=tuple(self.hparams.betas), weight_decay=self.hparams.weight_decay)
+        set_gradient_clipping(self._trainer, self.hparams.max_grad_norm)  # DeepSpeed clips inside step()
+        optimizer = adamw_class(self._trainer)(self.policy.parameters(), lr=self.hparams.lr, betas=tuple(self.hparams.betas), weight_decay=self.hparams.weight_decay)
         total = max(1, self.trainer.estimated_stepping_batches * self.hparams.num_mini_batches) if self._trainer is not None else 1
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(self.hparams.warmup_steps, self.hparams.lr_schedule, total, self.hparams.min_lr_ratio))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
@@ -128,6 +134,8 @@ class LitePPO(LightningModule):
         start = time.perf_counter()
         rollout.old_logprobs = self.sequence_logprobs(rollout)
         old_logprob_s = time.perf_counter() - start
+        for technique in techniques:
+            technique.on_old_logprobs(self.trainer, self, rollout)
 
         start = time.perf_counter()
         stats = self.ppo_update(rollout, techniques)
@@ -191,9 +199,12 @@ class LitePPO(LightningModule):
             optimizer.zero_grad()
             for idx in torch.arange(mini.num_responses).split(self.hparams.micro_batch_size):
                 micro = mini.select(idx)
+                begin_micro_batch(self._trainer)  # DeepSpeed: accumulate, not overwrite, this micro-batch's gradient
                 logits = self.forward_logits(micro)
                 logprobs = logprobs_from_logits(logits, micro.response_ids)
                 token_loss, ratio = clipped_surrogate(logprobs, micro.old_logprobs, micro.advantages, cfg.clip_low, cfg.clip_high, cfg.dual_clip)
+                if micro.token_weights is not None:
+                    token_loss = token_loss * micro.token_weights
                 policy_loss = aggregate_loss(token_loss, micro.loss_mask, cfg.aggregation, denominator)
                 loss = policy_loss
                 ctx = MiniBatchContext(batch=micro, logprobs=logprobs, logits=logits)
@@ -207,8 +218,9 @@ class LitePPO(LightningModule):
                 self._micro_stats(acc, micro, logits, logprobs, ratio)
                 acc.add("loss/policy", policy_loss)
                 acc.add("loss/total", loss)
-            grad_norms.append(self._clip_gradients(optimizer))
+            grad_norm = self._clip_gradients(optimizer)
             optimizer.step()
+            grad_norms.append(grad_norm if grad_norm is not None else engine_grad_norm(self._trainer))
             scheduler.step()
             self.policy_version += 1
 
@@ -247,7 +259,11 @@ class LitePPO(LightningModule):
         stats["train/lr"] = torch.tensor(optimizer.param_groups[0]["lr"])
         return stats
 
-    def _clip_gradients(self, optimizer) -> torch.Tensor:
+    def _clip_gradients(self, optimizer) -> torch.Tensor | None:
+        """Clip and return the pre-clip global norm; None under DeepSpeed, which clips inside
+        ``step()`` (config ``gradient_clipping`` = ``max_grad_norm``) and reports the norm after it."""
+        if deepspeed_engine(self._trainer) is not None:
+            return None
         max_norm = self.hparams.max_grad_norm
         params = [p for p in self.policy.parameters() if p.grad is not None]
         return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else math.inf).detach().float().cpu()

@@ -17,6 +17,10 @@ from lite_ppo.data.problem import Problem
 DEFAULT_SOURCES = {"easy": "synthetic:easy", "medium": "synthetic:medium", "hard": "synthetic:hard"}
 
 
+_REFILL_BASE = 10**12
+_MAX_REFILL_ROUNDS = 1024
+
+
 class MathDataModule(LightningDataModule):
     """Global batches of ``prompts_per_step`` problems mixed from tiers; each rank gets its slice.
 
@@ -129,6 +133,18 @@ class MathDataModule(LightningDataModule):
             )
         start, end = shard_bounds(self.prompts_per_step, rank, world_size)
         return {"problems": self.global_batch(k)[start:end], "index": k, "offset": start}
+
+    def refill_batch(self, k: int, round_index: int, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
+        """Extra problems for batch ``k`` (dynamic sampling's refill round ``round_index``), same
+        shape as :meth:`rank_batch`, drawn from positions no regular batch uses, deterministically."""
+        if self.prompts_per_step % world_size:
+            raise ValueError(f"prompts_per_step={self.prompts_per_step} is not divisible by the world size {world_size}")
+        tiers = self.mixture.draw(random.Random(f"lite-ppo:refill:{self.seed}:{k}:{round_index}"), k, self.prompts_per_step)
+        # Regular batches use positions [k * P, (k + 1) * P); refills live far beyond any run's reach.
+        first = _REFILL_BASE + (k * _MAX_REFILL_ROUNDS + round_index) * self.prompts_per_step
+        problems = [self.pools[tier].train_problem(first + j) for j, tier in enumerate(tiers)]
+        start, end = shard_bounds(self.prompts_per_step, rank, world_size)
+        return {"problems": problems[start:end], "index": k, "offset": start}
 
     def held_out(self) -> list[Problem]:
         """Every held-out problem, tier by tier in ``sources`` order."""

@@ -3,5 +3,6 @@
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig
 from lite_ppo.rollout.hf import HFEngine
+from lite_ppo.rollout.vllm import VLLMEngine
 
-__all__ = ["Generation", "HFEngine", "RolloutBatch", "RolloutEngine", "SamplingConfig"]
+__all__ = ["Generation", "HFEngine", "RolloutBatch", "RolloutEngine", "SamplingConfig", "VLLMEngine"]

@@ -25,6 +25,8 @@ class RolloutBatch:
     - ``advantages`` [B] (one value per response, PAPER.md) once an estimator has run.
     - ``old_logprobs`` [B, R]: log pi_old of the sampled tokens, computed once by the module.
     - ``engine_logprobs`` [B, R] or None: the rollout engine's own log-probs, for drift diagnostics.
+    - ``token_weights`` [B, R] or None: per-token weights multiplying the surrogate loss (e.g. a
+      truncated importance-sampling correction); None means 1.
     - ``temperature``: the sampling temperature; the trainer's log-probs are those of
       softmax(logits / temperature), the distribution the responses were sampled from.
     - ``extras``: per-response python lists (``tier``, ``prompt_text``, ``response_text``,
@@ -42,6 +44,7 @@ class RolloutBatch:
     advantages: torch.Tensor | None = None
     old_logprobs: torch.Tensor | None = None
     engine_logprobs: torch.Tensor | None = None
+    token_weights: torch.Tensor | None = None
     temperature: float = 1.0
     extras: dict[str, list[Any]] = field(default_factory=dict)
 
@@ -100,7 +103,7 @@ class RolloutBatch:
             pad_resp = lambda t, value: torch.nn.functional.pad(t, (0, dr), value=value)  # noqa: E731
             parts.setdefault("input_ids", []).append(pad_seq(b.input_ids, pad_token_id))
             parts.setdefault("attention_mask", []).append(pad_seq(b.attention_mask, 0))
-            for name in ("response_mask", "loss_mask", "old_logprobs", "engine_logprobs"):
+            for name in ("response_mask", "loss_mask", "old_logprobs", "engine_logprobs", "token_weights"):
                 value = getattr(b, name)
                 if value is not None:
                     parts.setdefault(name, []).append(pad_resp(value, 0))

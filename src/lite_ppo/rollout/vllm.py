@@ -4,24 +4,36 @@ The engine is built lazily (``setup``, at the first rollout) from the model fold
 training process (on CPU: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``), and receives the policy's weights
 in place after every optimizer step (``sync_weights``): no restart, no disk round trip.
 
-Log-probs. The engine returns the log-prob of every sampled token. It asks vLLM for
-``logprobs_mode="processed_logprobs"``: log softmax of the logits *after* temperature and after the
-top-k / top-p mask (vLLM 0.32, ``vllm/v1/sample/ops/topk_topp_sampler.py``: the processed
-log-probs are taken from the masked, temperature-scaled logits). That is exactly the distribution
-the token was sampled from (the behaviour policy), and it equals the trainer's
-``log_softmax(logits / temperature)`` over the full vocabulary whenever top-k and top-p are off
-(``top_k <= 0``, ``top_p == 1``). With top-k / top-p on, the two differ by ``-log(kept mass)``
-(>= 0) per token: the engine value is renormalised over the kept tokens. vLLM's default
-``raw_logprobs`` instead ignores the temperature (log softmax of the raw logits), which is never
-like-for-like with the trainer unless the temperature is 1. ``logprobs_mode`` can be overridden.
+Log-probs. The engine returns the log-prob of every sampled token, like-for-like with the trainer,
+which computes ``log_softmax(logits / temperature)`` over the full vocabulary. vLLM 0.32 offers no
+mode that reports exactly that (read in ``vllm/v1/sample/sampler.py`` and
+``vllm/v1/sample/ops/topk_topp_sampler.py``):
+
+- ``raw_logprobs`` (vLLM's default): ``log_softmax(logits)``, before the temperature;
+- ``processed_logprobs``: after the temperature *and* after the top-k / top-p mask, i.e.
+  renormalised over the kept tokens (it equals the trainer's only with top-k and top-p off).
+
+Measured on SmolLM2-135M at the paper's sampling (T 0.99, top-p 0.99, top-k 100; 554 sampled
+tokens, float32): ``processed_logprobs`` differs from the trainer's by 0.055 nats per token on
+average (max 0.43), ``raw_logprobs`` by 0.012 (max 0.066).
+
+The default ``logprobs_mode="trainer"`` is exact instead: vLLM runs with ``raw_logprobs``, the
+temperature is folded into the model's logits scale (``LogitsProcessor.scale``, set through the
+public ``LLM.apply_model``) and vLLM samples at temperature 1. vLLM's sampler then sees exactly
+the logits ``z / T`` it would have made itself (temperature first, then top-k / top-p, then the
+draw), so sampling is unchanged, and the raw log-probs are ``log_softmax(z / T)`` over the full
+vocabulary: the trainer's quantity (float32, top-k / top-p on or off: max abs difference 1.1e-6 on
+the tiny test model, 4.1e-5 (mean 6e-6) on SmolLM2-135M at the paper's sampling).
+``processed_logprobs`` and ``raw_logprobs`` remain selectable.
 
 GPU-only options (``gpu_memory_utilization``, ``tensor_parallel_size > 1``, ``enable_sleep_mode``)
 are written against vLLM's public API (``LLM(...)``, ``LLM.sleep``, ``LLM.wake_up``) and cannot run on
-the CPU machine the tests use; they are ignored (with a warning) on CPU.
+the CPU machine the tests use; they are ignored (with a warning) or refused on CPU.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -37,7 +49,6 @@ from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig
 
 log = logging.getLogger(__name__)
 
-_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 # A transformer block's parameters must reach vLLM in the same reload call: vLLM fuses q/k/v and
 # gate/up into one layer and processes a layer only once all of its pieces have been loaded.
 _BLOCK = re.compile(r"^(.*?\.layers\.\d+)\.")
@@ -64,7 +75,8 @@ class VLLMEngine(RolloutEngine):
         enable_sleep_mode: GPU only: after each ``generate`` put the engine to sleep (level 1:
             weights offloaded to host memory, KV cache freed) so training gets the GPU memory;
             wake the weights before a sync and everything before the next ``generate``.
-        max_model_len: context length of the engine (prompt + response); None: the model's.
+        max_model_len: context length of the engine (prompt + response); None: the model's. A
+            response that reaches it stops there and is flagged truncated (vLLM's "length").
         sync_bucket_bytes: upper bound on the bytes of converted weights handed to vLLM at once.
             Weights are grouped by transformer block (a block is never split, because vLLM fuses
             its projections); a bucket holds whole blocks up to this size, or one block when a
@@ -77,7 +89,10 @@ class VLLMEngine(RolloutEngine):
             SmolLM2-135M: 23-25 tok/s either way under load). When False, the seed reseeds torch's
             global generator, which vLLM's in-process CPU sampler draws from (reproducible only for
             the same batch). A ``generate`` without a seed is unseeded either way.
-        logprobs_mode: which log-probs vLLM reports for the sampled tokens (see the module doc).
+        logprobs_mode: which log-probs are reported for the sampled tokens: ``"trainer"`` (default,
+            ``log_softmax(logits / T)`` over the full vocabulary, exactly the trainer's),
+            ``"processed_logprobs"`` (renormalised over the top-k / top-p set: the sampling
+            distribution itself) or ``"raw_logprobs"`` (no temperature). See the module doc.
         return_logprobs: report engine log-probs in ``Generation.logprobs``.
 
     Example (YAML)::
@@ -99,11 +114,13 @@ class VLLMEngine(RolloutEngine):
         sync_bucket_bytes: int = 256 * 2**20,
         seed: int = 0,
         per_request_seed: bool = True,
-        logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = "processed_logprobs",
+        logprobs_mode: Literal["trainer", "processed_logprobs", "raw_logprobs"] = "trainer",
         return_logprobs: bool = True,
     ) -> None:
         if dtype not in ("auto", "bfloat16", "float32"):
             raise ValueError(f"VLLMEngine.dtype must be 'auto', 'bfloat16' or 'float32', got {dtype!r}")
+        if logprobs_mode not in ("trainer", "processed_logprobs", "raw_logprobs"):
+            raise ValueError(f"VLLMEngine.logprobs_mode must be 'trainer', 'processed_logprobs' or 'raw_logprobs', got {logprobs_mode!r}")
         if sync_bucket_bytes < 1:
             raise ValueError(f"VLLMEngine.sync_bucket_bytes must be >= 1, got {sync_bucket_bytes}")
         if tensor_parallel_size < 1:
@@ -133,6 +150,7 @@ class VLLMEngine(RolloutEngine):
         self._engine_dtype: torch.dtype | None = None
         self._on_gpu = False
         self._in_process = True
+        self._logit_factor = 1.0  # the factor (1 / T) currently folded into vLLM's logits scale
         self._asleep = False  # sleeping: weights offloaded and KV cache freed
         self._weights_awake = True
 
@@ -174,7 +192,8 @@ class VLLMEngine(RolloutEngine):
             dtype=self.dtype,
             enforce_eager=self.enforce_eager,
             seed=self.seed,
-            logprobs_mode=self.logprobs_mode,
+            # "trainer": raw log-probs of logits that already carry the temperature (see _set_temperature)
+            logprobs_mode="raw_logprobs" if self.logprobs_mode == "trainer" else self.logprobs_mode,
             tensor_parallel_size=self.tensor_parallel_size,
         )
         if self.max_model_len is not None:
@@ -195,6 +214,12 @@ class VLLMEngine(RolloutEngine):
         self.startup_seconds = time.perf_counter() - start
         self._engine_dtype = self._llm.llm_engine.model_config.dtype
         self._eos_ids = _eos_ids(policy, tokenizer)
+        self._logit_factor = 1.0
+        if self.logprobs_mode == "trainer" and not all(self._llm.apply_model(_has_logits_processor)):
+            raise ValueError(
+                "VLLMEngine(logprobs_mode='trainer') needs a vLLM model with a LogitsProcessor to fold the "
+                "temperature into; use logprobs_mode='processed_logprobs' for this model"
+            )
         log.info("vLLM engine ready in %.1f s (dtype %s)", self.startup_seconds, self._engine_dtype)
 
     @property
@@ -209,16 +234,19 @@ class VLLMEngine(RolloutEngine):
         from vllm.inputs import TokensPrompt
 
         self._wake(tags=None)
-        if seed is not None and self.per_request_seed:
+        self._set_temperature(sampling)
+        if seed is not None and self.per_request_seed and not sampling.greedy:
             # One stream per sample: prompt i gets base + i*n and vLLM gives its k-th sample +k.
             base = (seed * 1_000_003) % 2**62
-            params = [self.sampling_params(sampling, base + i * sampling.n) for i in range(len(prompt_token_ids))]
+            params = [self._sampling_params(sampling, base + i * sampling.n) for i in range(len(prompt_token_ids))]
         else:
-            params = self.sampling_params(sampling)
+            params = self._sampling_params(sampling)
             if seed is not None:
                 torch.manual_seed(seed)  # vLLM's in-process CPU sampler draws from torch's global generator
         prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_token_ids]
         outputs = self._llm.generate(prompts, params, use_tqdm=False)
+        # vLLM refuses n > 1 with greedy sampling; greedy samples are identical, so copy them.
+        copies = sampling.n if sampling.greedy else 1
         result: list[list[Generation]] = []
         for request in outputs:  # LLM.generate returns outputs in input order
             group = []
@@ -227,7 +255,8 @@ class VLLMEngine(RolloutEngine):
                     raise RuntimeError(f"vLLM request {request.request_id} ended with {completion.finish_reason!r}")
                 tokens = list(completion.token_ids)
                 logprobs = _sampled_logprobs(completion.logprobs, tokens) if self.return_logprobs else None
-                group.append(Generation(tokens, completion.finish_reason != "length", logprobs))
+                for _ in range(copies):
+                    group.append(Generation(list(tokens), completion.finish_reason != "length", None if logprobs is None else list(logprobs)))
             if len(group) != sampling.n:
                 raise RuntimeError(f"vLLM returned {len(group)} samples for a prompt, expected {sampling.n}")
             result.append(group)
@@ -235,12 +264,13 @@ class VLLMEngine(RolloutEngine):
             self._sleep()
         return result
 
-    def sampling_params(self, sampling: SamplingConfig, seed: int | None = None):
-        """The ``vllm.SamplingParams`` for ``sampling`` (a one-to-one mapping)."""
+    def _sampling_params(self, sampling: SamplingConfig, seed: int | None = None):
+        """The ``vllm.SamplingParams`` for ``sampling`` (one-to-one; in ``"trainer"`` log-prob mode
+        the temperature travels in the logits scale instead, see ``_set_temperature``)."""
         from vllm import SamplingParams
 
         common = dict(
-            n=sampling.n,
+            n=1 if sampling.greedy else sampling.n,
             max_tokens=sampling.max_new_tokens,
             stop_token_ids=list(self._eos_ids),
             ignore_eos=False,
@@ -252,11 +282,21 @@ class VLLMEngine(RolloutEngine):
         if sampling.greedy:
             return SamplingParams(temperature=0.0, top_p=1.0, top_k=0, **common)
         return SamplingParams(
-            temperature=sampling.temperature,
+            # "trainer": the temperature is already in the logits (see _set_temperature)
+            temperature=1.0 if self.logprobs_mode == "trainer" else sampling.temperature,
             top_p=sampling.top_p,
             top_k=sampling.top_k if sampling.top_k > 0 else 0,  # 0 disables top-k in vLLM 0.32 (-1 too)
             **common,
         )
+
+    def _set_temperature(self, sampling: SamplingConfig) -> None:
+        """``logprobs_mode="trainer"``: make vLLM's logits ``z / T`` (``z`` for greedy)."""
+        if self.logprobs_mode != "trainer":
+            return
+        factor = 1.0 if sampling.greedy else 1.0 / sampling.temperature
+        if factor != self._logit_factor:
+            self._llm.apply_model(functools.partial(_scale_logits, factor=factor))
+            self._logit_factor = factor
 
     # ------------------------------------------------------------ weight sync
     @torch.no_grad()
@@ -357,6 +397,30 @@ class VLLMEngine(RolloutEngine):
 
 
 # ---------------------------------------------------------------------- helpers
+def _logits_processors(model: torch.nn.Module) -> list[torch.nn.Module]:
+    from vllm.model_executor.layers.logits_processor import LogitsProcessor
+
+    return [m for m in model.modules() if isinstance(m, LogitsProcessor)]
+
+
+def _has_logits_processor(model: torch.nn.Module) -> bool:
+    """Runs inside the vLLM worker (``LLM.apply_model``)."""
+    return bool(_logits_processors(model))
+
+
+def _scale_logits(model: torch.nn.Module, factor: float) -> None:
+    """Runs inside the vLLM worker: logits scale = the model's own scale x ``factor``.
+
+    The model's own scale (``logit_scale`` in some configs, 1 for most) is kept aside on first use.
+    The logits processor runs eagerly, outside torch.compile and CUDA graphs, so a change applies
+    to the next step.
+    """
+    for processor in _logits_processors(model):
+        if not hasattr(processor, "_lite_ppo_base_scale"):
+            processor._lite_ppo_base_scale = processor.scale
+        processor.scale = processor._lite_ppo_base_scale * factor
+
+
 def _numel(t: torch.Tensor) -> int:
     ds_numel = getattr(t, "ds_numel", None)  # ZeRO-3 partitioned parameter: the full size
     return int(ds_numel) if ds_numel is not None else t.numel()

@@ -8,11 +8,20 @@ parameters, sharded checkpoints, gathered weight sync) be tested on a machine wi
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
+import torch
+from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, StrategyRegistry
 
 
 class CPUDeepSpeedStrategy(DeepSpeedStrategy):
-    """Lightning's ``DeepSpeedStrategy`` minus its "accelerator must be CUDA" check. TEST PATH ONLY.
+    """Lightning's ``DeepSpeedStrategy`` minus its "accelerator must be CUDA" restriction. TEST PATH ONLY.
+
+    The restriction has three parts, all lifted here and nothing else: ``setup_environment`` refuses
+    a non-CUDA accelerator; ``setup_distributed`` requires device indices equal to the local ranks;
+    ``deepspeed.initialize`` gets the device index as its device rank (CPU devices have no index,
+    so the local rank stands in for it during that call).
 
     Not a production path: on the CPU DeepSpeed's ZeRO-3 is slow, uses gloo, and has no fused
     optimizers; it exists so that tests and CI exercise exactly the code that runs on GPUs. Everything
@@ -37,8 +46,39 @@ class CPUDeepSpeedStrategy(DeepSpeedStrategy):
     strategy_name = "deepspeed_cpu_test"
 
     def setup_environment(self) -> None:
-        # DeepSpeedStrategy.setup_environment = CUDA check + DDPStrategy.setup_environment; skip the check only.
+        # DeepSpeedStrategy.setup_environment = "accelerator must be CUDA" + DDPStrategy.setup_environment.
         DDPStrategy.setup_environment(self)
+
+    def setup_distributed(self) -> None:
+        # DeepSpeedStrategy.setup_distributed minus `_validate_device_index_selection`, the other half
+        # of the CUDA restriction: it requires GPU indices equal to local ranks, and CPU devices have none.
+        reset_seed()
+        self.set_world_ranks()
+        self._init_deepspeed_distributed()
+
+    def _setup_model_and_optimizer(self, *args, **kwargs):
+        with self._device_rank_for_deepspeed():
+            return super()._setup_model_and_optimizer(*args, **kwargs)
+
+    def _initialize_deepspeed_inference(self, model) -> None:
+        with self._device_rank_for_deepspeed():
+            super()._initialize_deepspeed_inference(model)
+
+    @contextmanager
+    def _device_rank_for_deepspeed(self):
+        # Lightning hands deepspeed.initialize `device_rank=self.root_device.index`, the CUDA index
+        # (= local rank); a CPU device has index None, which DeepSpeed cannot compare. For the call
+        # only, the root device carries the local rank as its index (tensors on "cpu:N" live on the CPU).
+        devices = self.parallel_devices
+        if devices is None or devices[self.local_rank].type != "cpu":
+            yield
+            return
+        saved = devices[self.local_rank]
+        devices[self.local_rank] = torch.device("cpu", self.local_rank)
+        try:
+            yield
+        finally:
+            devices[self.local_rank] = saved
 
     @classmethod
     def register_strategies(cls, strategy_registry: StrategyRegistry) -> None:  # type: ignore[override]

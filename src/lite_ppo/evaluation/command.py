@@ -1,0 +1,223 @@
+"""``lite-ppo evaluate``: benchmark a HF folder, a builtin model or a training checkpoint.
+
+    lite-ppo evaluate --model builtin:smollm2-135m-instruct --data-dir ../shared/data/eval --out eval_out
+    lite-ppo evaluate --model runs/ckpt/last.ckpt --benchmarks configs/eval/benchmarks.yaml \\
+        --data-dir ../shared/data/eval --out eval_out --engine vllm --n 8 --temperature 0.6 --max-new-tokens 4096
+    lite-ppo evaluate --model runs/ckpt/last.ckpt --config configs/recipes/lite_ppo.yaml --config my_model.yaml ...
+
+Writes ``OUT/metrics.json`` (every metric per benchmark plus the averages and the settings),
+``OUT/metrics.md`` (benchmark x metric table) and ``OUT/responses.jsonl`` (one line per response:
+benchmark, id, sample, prompt, response, answer, extracted, status, correct, length, truncated).
+
+The prompt formatter and the reward are the training ones: pass the training YAML with ``--config``
+and its ``rollout.prompt``, ``rollout.reward``, ``rollout.engine`` and ``rollout.eval_sampling``
+are used (flags given on the command line win).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_BENCHMARK_CONFIG = "configs/eval/benchmarks.yaml"
+DEFAULT_MAX_NEW_TOKENS = 1024
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lite-ppo evaluate",
+        description="Evaluate a model (HF folder, builtin:<name> or a .ckpt from lite-ppo fit) on math benchmarks; "
+        "writes metrics.json, metrics.md and responses.jsonl to --out.",
+    )
+    parser.add_argument("--model", required=True, help="HF model folder, builtin:<name>, or a Lightning checkpoint (.ckpt)")
+    parser.add_argument("--base-model", default=None, help="for a .ckpt: the model folder/builtin giving architecture and tokenizer (default: the one recorded in it)")
+    parser.add_argument(
+        "--benchmarks",
+        default=None,
+        help=f"benchmark YAML, or comma-separated registry names (math500,aime24,...); default {DEFAULT_BENCHMARK_CONFIG} when it exists, else the built-in list",
+    )
+    parser.add_argument("--data-dir", default=None, help="folder holding the benchmark files (else the YAML's data_dir, else $LITE_PPO_EVAL_DIR)")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--config", action="append", default=[], help="training YAML(s) whose rollout.{prompt,reward,engine,eval_sampling} to use (repeatable, later wins)")
+    parser.add_argument("--engine", choices=["hf", "vllm"], default=None, help="rollout engine (default: the config's, else hf)")
+    parser.add_argument("--n", type=int, default=None, help="responses per problem (default 1)")
+    parser.add_argument("--temperature", type=float, default=None, help="sampling temperature; 0 = greedy (default 0)")
+    parser.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default 1.0)")
+    parser.add_argument("--top-k", type=int, default=None, help="top-k sampling, <= 0 disables (default 0)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help=f"response token limit (default: the config's eval_sampling, else {DEFAULT_MAX_NEW_TOKENS})")
+    parser.add_argument("--pass-k", type=int, nargs="+", default=None, help="k of the reported pass@k (default: powers of two up to n, and n)")
+    parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N problems of each benchmark")
+    parser.add_argument("--batch-size", type=int, default=None, help="problems per generation call (default 16 for hf, 256 for vllm)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32", help="dtype the policy is loaded in")
+    parser.add_argument("--prompt-style", choices=["auto", "chat", "plain"], default=None, help="override the prompt style (default: the config's, else auto)")
+    parser.add_argument("--require-boxed", action="store_true", default=None, help="score answers outside \\boxed{} as no_box (default: the config's reward)")
+    parser.add_argument("--vllm-kv-cache-gib", type=float, default=None, help="vLLM CPU KV-cache size (GiB)")
+    parser.add_argument("--vllm-max-model-len", type=int, default=None, help="vLLM context length (default: prompt + max_new_tokens bound by the model)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+# ------------------------------------------------------------------ training-config reading
+def _deep_merge(base: dict, update: dict) -> dict:
+    out = dict(base)
+    for key, value in update.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def read_rollout_config(paths: list[str]) -> dict[str, Any]:
+    """The merged ``rollout:`` section of training YAMLs (later files win, like LightningCLI)."""
+    import yaml
+
+    merged: dict[str, Any] = {}
+    for path in paths:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a YAML mapping")
+        merged = _deep_merge(merged, data)
+    section = merged.get("rollout") or {}
+    if not isinstance(section, dict):
+        raise ValueError("rollout: expected a mapping in the training config")
+    return section
+
+
+def instantiate(spec: Any, default_class: type, where: str, **overrides: Any) -> Any:
+    """Build an object from ``{class_path, init_args}`` or plain keyword arguments (``None``: defaults)."""
+    if spec is None:
+        return default_class(**overrides)
+    if not isinstance(spec, dict):
+        raise ValueError(f"{where}: expected a mapping, got {spec!r}")
+    if "class_path" in spec:
+        module_name, _, class_name = spec["class_path"].rpartition(".")
+        cls = getattr(importlib.import_module(module_name), class_name)
+        kwargs = dict(spec.get("init_args") or {})
+    else:
+        cls, kwargs = default_class, dict(spec)
+    kwargs.update(overrides)
+    return cls(**kwargs)
+
+
+def _engine(name: str | None, section: dict[str, Any], args: argparse.Namespace):
+    from lite_ppo.rollout.hf import HFEngine
+
+    spec = section.get("engine")
+    configured = None
+    if isinstance(spec, dict) and "class_path" in spec:
+        configured = "vllm" if "vllm" in spec["class_path"].lower() else "hf"
+    choice = name or configured or "hf"
+    if choice == "vllm":
+        from lite_ppo.rollout.vllm import VLLMEngine
+
+        kwargs: dict[str, Any] = {}
+        if args.vllm_kv_cache_gib is not None:
+            kwargs["kv_cache_space_gib"] = args.vllm_kv_cache_gib
+        if args.vllm_max_model_len is not None:
+            kwargs["max_model_len"] = args.vllm_max_model_len
+        if configured == "vllm":
+            return instantiate(spec, VLLMEngine, "rollout.engine", **kwargs)
+        return VLLMEngine(**kwargs)
+    if configured == "hf":
+        return instantiate(spec, HFEngine, "rollout.engine")
+    return HFEngine(batch_size=args.batch_size or 16)
+
+
+def sampling_from_args(args: argparse.Namespace, section: dict[str, Any]):
+    """Command-line flags over the config's ``rollout.eval_sampling`` over greedy defaults."""
+    from lite_ppo.rollout.engine import SamplingConfig
+
+    configured = section.get("eval_sampling") or {}
+    if isinstance(configured, dict) and "class_path" in configured:
+        configured = configured.get("init_args") or {}
+    if configured:
+        values = dataclasses.asdict(SamplingConfig(**configured))
+    else:
+        # The Rollout callback's default: greedy, one response, the training response limit.
+        train_limit = (section.get("sampling") or {}).get("max_new_tokens") if isinstance(section.get("sampling"), dict) else None
+        values = {"n": 1, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": train_limit or DEFAULT_MAX_NEW_TOKENS, "greedy": True}
+    for key in ("n", "temperature", "top_p", "top_k", "max_new_tokens"):
+        value = getattr(args, key)
+        if value is not None:
+            values[key] = value
+    if args.temperature is not None:
+        values["greedy"] = args.temperature == 0
+    if values["greedy"]:
+        if values["n"] > 1:
+            raise SystemExit("lite-ppo evaluate: greedy decoding (temperature 0) gives n identical responses; pass --temperature > 0 with --n > 1")
+        values["temperature"] = 0.0
+    return SamplingConfig(**values)
+
+
+# ------------------------------------------------------------------ the command
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Evaluate as ``args`` say; returns the metrics.json payload."""
+    # vLLM on CPU must run in-process (DESIGN.md); harmless for HF.
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from lite_ppo.callbacks.rollout import Rollout
+    from lite_ppo.data.prompts import PromptFormatter
+    from lite_ppo.evaluation.benchmarks import apply_limit, load_benchmark_config, load_benchmarks, resolve_data_dir
+    from lite_ppo.evaluation.report import text_table, write_report
+    from lite_ppo.evaluation.runner import evaluate_problems, load_policy_module
+    from lite_ppo.rewards import MathVerifyReward
+
+    source = args.benchmarks
+    if source is None and Path(DEFAULT_BENCHMARK_CONFIG).is_file():
+        source = DEFAULT_BENCHMARK_CONFIG
+    specs, configured_dir = load_benchmark_config(source)
+    specs = apply_limit(specs, args.limit)
+    data_dir = resolve_data_dir(args.data_dir, configured_dir)
+    benchmarks = load_benchmarks(specs, data_dir)  # every file is checked before the model loads
+
+    section = read_rollout_config(args.config)
+    sampling = sampling_from_args(args, section)
+    prompt_overrides = {"style": args.prompt_style} if args.prompt_style else {}
+    prompt = instantiate(section.get("prompt"), PromptFormatter, "rollout.prompt", **prompt_overrides)
+    reward_overrides = {"require_boxed": True} if args.require_boxed else {}
+    reward = instantiate(section.get("reward"), MathVerifyReward, "rollout.reward", **reward_overrides)
+    engine = _engine(args.engine, section, args)
+    engine_name = type(engine).__name__
+    batch_size = args.batch_size or (256 if "vllm" in engine_name.lower() else 16)
+
+    module = load_policy_module(args.model, base_model=args.base_model, dtype=args.dtype)
+    module.eval()
+    rollout = Rollout(engine=engine, sampling=sampling, eval_sampling=sampling, reward=reward, prompt=prompt, seed=args.seed)
+    start = time.perf_counter()
+    try:
+        results, records, timing = evaluate_problems(
+            module, rollout, benchmarks, sampling, batch_size=batch_size, seed=args.seed, ks=args.pass_k, progress=not args.no_progress
+        )
+    finally:
+        engine.close()
+    wall = time.perf_counter() - start
+
+    titles = {spec.name: spec.display for spec, _ in benchmarks}
+    info = {
+        "model": args.model,
+        "model_path": module.model_path,
+        "engine": engine_name,
+        "sampling": {k: getattr(sampling, k) for k in ("n", "greedy", "temperature", "top_p", "top_k", "max_new_tokens")},
+        "prompt": {"style": prompt.resolved_style(module.tokenizer), "instruction": prompt.instruction, "system_prompt": prompt.system_prompt},
+        "reward": {"class": type(reward).__name__, "require_boxed": getattr(reward, "require_boxed", None), "timeout_seconds": getattr(reward, "timeout_seconds", None)},
+        "data_dir": str(data_dir),
+        "benchmark_files": {spec.name: spec.file for spec, _ in benchmarks},
+        "limits": {spec.name: spec.limit for spec, _ in benchmarks},
+        "averaged": [spec.name for spec, _ in benchmarks if spec.in_average],
+        "seed": args.seed,
+        "wall_time_s": wall,
+        "timing": timing,
+    }
+    write_report(args.out, results, titles, info, records)
+    print(text_table(results, titles, title=f"{args.model} ({engine_name}, {wall:.1f} s)"), flush=True)
+    print(f"wrote {Path(args.out) / 'metrics.json'}, metrics.md, responses.jsonl", flush=True)
+    return {**info, **results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run(args)
+    return 0

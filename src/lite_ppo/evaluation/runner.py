@@ -1,0 +1,122 @@
+"""Evaluate a policy on benchmarks outside Lightning: load a model, generate, score, collect.
+
+Generation and scoring go through ``Rollout.make_rollout`` (the training path: the same prompt
+formatter, engine and ``MathVerifyReward``); metrics through :class:`GroupMetrics`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lite_ppo.data.problem import Problem
+from lite_ppo.evaluation.benchmarks import BenchmarkSpec
+from lite_ppo.evaluation.results import GroupMetrics, response_records
+from lite_ppo.rollout.engine import SamplingConfig
+
+
+def load_policy_module(model: str, base_model: str | None = None, dtype: str = "float32"):
+    """A ``LitePPO`` module holding the policy to evaluate.
+
+    Args:
+        model: a local HF folder, ``builtin:<name>``, or a Lightning checkpoint (``*.ckpt``) saved
+            by ``lite-ppo fit``: its ``policy.*`` weights are loaded into the model its
+            hyper-parameters name (``model_path``).
+        base_model: for a checkpoint, the model folder / builtin that gives the architecture and
+            tokenizer, when the one recorded in the checkpoint moved.
+        dtype: the dtype the policy is loaded in (``float32``, ``bfloat16``, ``float16``).
+
+    Example:
+        >>> module = load_policy_module("builtin:tiny")  # doctest: +SKIP
+    """
+    from lite_ppo.module import LitePPO
+
+    path = Path(os.path.expanduser(model))
+    if path.is_file() and path.suffix == ".ckpt":
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        hparams = dict(checkpoint.get("hyper_parameters") or {})
+        model_path = base_model or hparams.get("model_path")
+        if not model_path:
+            raise ValueError(f"{path}: the checkpoint records no model_path; pass --base-model")
+        module = LitePPO(model_path=model_path, torch_dtype=dtype)
+        module.configure_model()
+        state = {k[len("policy."):]: v for k, v in checkpoint.get("state_dict", {}).items() if k.startswith("policy.")}
+        if not state:
+            raise ValueError(f"{path}: no 'policy.*' weights in the checkpoint's state_dict (a DeepSpeed checkpoint folder must be converted first)")
+        missing, unexpected = module.policy.load_state_dict(state, strict=False)
+        # Tied weights (lm_head = embed_tokens) may be saved under one name only.
+        missing = [k for k in missing if not (k == "lm_head.weight" and getattr(module.policy.config, "tie_word_embeddings", False))]
+        if missing or unexpected:
+            raise ValueError(f"{path}: checkpoint weights do not fit {model_path}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        module.policy_version = int(checkpoint.get("policy_version", 0))
+        module.checkpoint_path = str(path)
+        return module
+    if path.suffix == ".ckpt" and not path.exists():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+    module = LitePPO(model_path=model, torch_dtype=dtype)
+    module.configure_model()
+    return module
+
+
+def evaluate_problems(
+    module,
+    rollout,
+    benchmarks: Sequence[tuple[BenchmarkSpec, list[Problem]]],
+    sampling: SamplingConfig,
+    batch_size: int = 16,
+    seed: int = 0,
+    ks: Sequence[int] | None = None,
+    progress: bool = True,
+    keep_prompts: bool = True,
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, dict[str, float]]]:
+    """Generate ``sampling.n`` responses per problem, score them, and compute every metric.
+
+    Args:
+        module: the ``LitePPO`` module (``policy``, ``tokenizer``, ``model_path``).
+        rollout: a ``lite_ppo.callbacks.Rollout`` (its engine, prompt formatter and reward are used).
+        benchmarks: ``(spec, problems)`` pairs.
+        batch_size: problems per ``make_rollout`` call.
+        seed: sampling seed of the first batch (batch i of a benchmark uses ``seed + i``).
+
+    Returns:
+        ``(results, records, timing)``: results as :meth:`GroupMetrics.compute` returns them,
+        one record per response (see :func:`response_records`), and per-benchmark
+        ``{"wall_time_s", "generation_s", "response_tokens", "tokens_per_s"}``.
+    """
+    from tqdm.auto import tqdm
+
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    metrics = GroupMetrics([s.name for s, _ in benchmarks], num_samples=sampling.n, ks=ks, averaged=[s.name for s, _ in benchmarks if s.in_average])
+    metrics.to(module.device)
+    records: list[dict[str, Any]] = []
+    timing: dict[str, dict[str, float]] = {}
+    total = sum(len(p) for _, p in benchmarks)
+    bar = tqdm(total=total, unit="problem", desc="evaluate", disable=not progress, dynamic_ncols=True)
+    try:
+        for spec, problems in benchmarks:
+            start = time.perf_counter()
+            generation_s, tokens, correct, seen = 0.0, 0, 0, 0
+            for i in range(0, len(problems), batch_size):
+                chunk = problems[i : i + batch_size]
+                batch, timings = rollout.make_rollout(module, chunk, sampling, seed + i // batch_size)
+                prompts = [rollout.prompt.format(p.problem, module.tokenizer) for p in chunk] if keep_prompts else None
+                new = response_records(spec.name, chunk, batch, prompts)
+                metrics.update_rollout(spec.name, chunk, batch)
+                records.extend(new)
+                generation_s += timings.get("generation_s", 0.0)
+                tokens += int(batch.response_lengths.sum())
+                correct += sum(r["correct"] for r in new)
+                seen += len(new)
+                bar.set_postfix_str(f"{spec.display} acc={correct / max(seen, 1):.3f}")
+                bar.update(len(chunk))
+            wall = time.perf_counter() - start
+            timing[spec.name] = {"wall_time_s": wall, "generation_s": generation_s, "response_tokens": float(tokens), "tokens_per_s": tokens / generation_s if generation_s > 0 else 0.0}
+    finally:
+        bar.close()
+    return metrics.compute(), records, timing

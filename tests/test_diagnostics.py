@@ -1,0 +1,232 @@
+"""Diagnostics: values on a constructed batch where clip fractions, entropy and correlation are known
+by hand, the per-tier breakdown, refill rounds, and the repetition / correlation definitions."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from lightning.pytorch import Trainer
+from lightning.pytorch.loggers import TensorBoardLogger
+from torch.utils.data import DataLoader
+
+from conftest import read_scalars
+from lite_ppo.callbacks import ClipHigher, Diagnostics, OverlongFilter
+from lite_ppo.hooks import Technique
+from lite_ppo.module import LitePPO
+from lite_ppo.ops.correlation import pearson_correlation
+from lite_ppo.ops.repetition import repeated_ngram_share, repetition_shares
+from lite_ppo.rollout.batch import RolloutBatch
+from test_techniques import CaptureModule, make_batch
+
+V = 128  # vocabulary of the fake policy
+# Four responses, two groups (g0 easy, g1 hard); rows 0 and 2 truncated at the width 3.
+RATIOS = [1.5, 0.5, 1.1, 1.0]
+ADVANTAGES = [1.0, -1.0, 1.0, -1.0]
+LENGTHS = [3, 2, 3, 1]
+RESPONSES = [[7, 7, 7], [7, 8, 0], [7, 8, 9], [9, 0, 0]]
+
+
+def _logit(ratio: float) -> float:
+    """Logit x of the sampled token (others 0) such that softmax_x / (1 / V) equals ``ratio``."""
+    return math.log(ratio * (V - 1) / (V - ratio))
+
+
+def _entropy(ratio: float) -> float:
+    x = _logit(ratio)
+    z = math.exp(x) + V - 1
+    return math.log(z) - math.exp(x) / z * x
+
+
+class FakePolicy(torch.nn.Module):
+    """Uniform logits when called without gradient (the module's old log-probs), and, with gradient,
+    logit x_row on the token that actually follows (read from the input), so the ratio of every
+    token of row i is exactly RATIOS[i]. The row is identified by its prompt token (100 + i)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.zeros(()))  # something for the optimizer; shifts no softmax
+        self.register_buffer("x", torch.tensor([_logit(r) for r in RATIOS]))
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False, logits_to_keep=0):
+        b, t = input_ids.shape
+        logits = torch.zeros(b, t, V) + self.bias
+        if torch.is_grad_enabled():
+            nxt = torch.cat([input_ids[:, 1:], input_ids[:, -1:]], dim=1)
+            rows = input_ids[:, 0] - 100
+            logits = logits + self.x[rows].view(b, 1, 1) * torch.nn.functional.one_hot(nxt, V).float()
+        return SimpleNamespace(logits=logits[:, -logits_to_keep:])
+
+
+class FixedAdvantages(Technique):
+    def compute_advantages(self, trainer, module, batch):
+        return torch.tensor(ADVANTAGES)
+
+
+def constructed_batch() -> RolloutBatch:
+    n, width = 4, 3
+    response_ids = torch.tensor(RESPONSES)
+    response_mask = (torch.arange(width).unsqueeze(0) < torch.tensor(LENGTHS).unsqueeze(1)).float()
+    input_ids = torch.cat([torch.arange(100, 100 + n).unsqueeze(1), response_ids], dim=1)
+    attention_mask = torch.cat([torch.ones(n, 1, dtype=torch.long), response_mask.long()], dim=1)
+    return RolloutBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        response_mask=response_mask,
+        group_ids=torch.tensor([0, 0, 1, 1]),
+        rewards=torch.tensor([1.0, 0.0, 1.0, 1.0]),
+        truncated=torch.tensor([True, False, True, False]),
+        response_lengths=torch.tensor(LENGTHS),
+        extras={"tier": ["easy", "easy", "hard", "hard"], "reward_status": ["correct", "wrong", "correct", "correct"]},
+    )
+
+
+def _fit_constructed(tmp_path, *techniques: Technique):
+    module = LitePPO(lr=0.0, num_mini_batches=1, micro_batch_size=4, max_grad_norm=None)
+    module.policy = FakePolicy()
+    trainer = Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        limit_train_batches=1,
+        logger=TensorBoardLogger(str(tmp_path), name="diag", version="v"),
+        callbacks=[FixedAdvantages(), *techniques, Diagnostics(ngram=2, repetition_window=None)],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(module, train_dataloaders=DataLoader([{"rollout": constructed_batch()}], batch_size=None))
+    return {tag: values[-1][1] for tag, values in read_scalars(tmp_path).items()}, tmp_path
+
+
+def test_constructed_batch_through_the_module(tmp_path):
+    s, log_dir = _fit_constructed(tmp_path)
+    approx = lambda v: pytest.approx(v, rel=1e-4, abs=1e-6)  # noqa: E731
+    # Clip fractions over the 9 loss tokens: row 0 (A > 0, rho 1.5 > 1.2, 3 tokens) at the upper bound,
+    # row 1 (A < 0, rho 0.5 < 0.8, 2 tokens) at the lower bound; rows 2 and 3 inside.
+    assert s["clip/upper"] == approx(3 / 9)
+    assert s["clip/lower"] == approx(2 / 9)
+    assert s["clip/total"] == approx(5 / 9)
+    assert s["clip/upper_inactive"] == 0 and s["clip/lower_inactive"] == 0
+    # Conditional on the advantage sign: 6 tokens with A > 0, 3 with A < 0.
+    assert s["update/positive_token_share"] == approx(6 / 9)
+    assert s["update/negative_token_share"] == approx(3 / 9)
+    assert s["clip/upper_given_pos"] == approx(0.5)
+    assert s["clip/lower_given_neg"] == approx(2 / 3)
+    # Entropy of softmax with logit x on one token and 0 on the other V - 1, token-weighted.
+    entropy = sum(n * _entropy(r) for n, r in zip(LENGTHS, RATIOS)) / 9
+    assert s["policy/entropy"] == approx(entropy)
+    assert _entropy(1.0) == pytest.approx(math.log(V))
+    assert s["policy/approx_kl"] == approx(sum(n * ((r - 1) - math.log(r)) for n, r in zip(LENGTHS, RATIOS)) / 9)
+    assert s["policy/ratio_max"] == approx(1.5) and s["policy/ratio_min"] == approx(0.5)
+    # Pearson(length, advantage): lengths [3, 2, 3, 1] vs [1, -1, 1, -1] -> 3 / sqrt(11).
+    assert s["update/length_advantage_corr"] == approx(3 / math.sqrt(11))
+    assert s["update/advantage_mean"] == 0 and s["update/loss_token_share"] == 1
+    # Generation view (no rollout callback here: read from the trained batch).
+    assert s["reward/mean"] == approx(0.75) and s["reward/std"] == approx(0.5) and s["reward/accuracy"] == approx(0.75)
+    assert (s["groups/all_correct"], s["groups/all_wrong"], s["groups/mixed"]) == (0.5, 0.0, 0.5)
+    assert s["response/length_mean"] == approx(9 / 4) and s["response/length_max"] == 3
+    assert s["response/truncation_rate"] == 0.5
+    # Truncated rows [7, 7, 7] (bigram share 1/2: repetitive) and [7, 8, 9] (0): rate 1/2, mean share 1/4.
+    assert s["response/repetition_rate_truncated"] == 0.5
+    assert s["response/repeated_ngram_share_truncated"] == approx(0.25)
+    assert s["response/repetition_rate_finished"] == 0
+    # Per tier.
+    assert s["tier/easy/prompt_share"] == 0.5 and s["tier/hard/prompt_share"] == 0.5
+    assert s["tier/easy/accuracy"] == 0.5 and s["tier/hard/accuracy"] == 1.0
+    assert s["tier/easy/reward_std"] == approx(math.sqrt(0.5)) and s["tier/hard/reward_std"] == 0
+    assert s["tier/easy/groups_mixed"] == 1.0 and s["tier/hard/groups_all_correct"] == 1.0
+    assert s["tier/easy/length_mean"] == approx(2.5) and s["tier/hard/length_mean"] == approx(2.0)
+    assert s["tier/easy/truncation_rate"] == 0.5 and s["tier/hard/repetition_rate_truncated"] == 0
+    assert s["tier/easy/loss_token_share"] == approx(5 / 9) and s["tier/hard/loss_token_share"] == approx(4 / 9)
+    assert s["tier/easy/advantage_nonzero_rate"] == 1.0
+    # The length histograms sit at the step of the scalars.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = next(log_dir.rglob("events.out.tfevents.*"))
+    acc = EventAccumulator(str(events), size_guidance={"histograms": 0})
+    acc.Reload()
+    assert {"response/length", "groups/correct_per_group", "tier/easy/length", "tier/hard/length"} <= set(acc.Tags()["histograms"])
+    per_group = acc.Histograms("groups/correct_per_group")[-1].histogram_value
+    assert (per_group.num, per_group.min, per_group.max, per_group.sum) == (2, 1, 2, 3)  # g0: 1 of 2, g1: 2 of 2
+    hist = acc.Histograms("response/length")[-1]
+    assert hist.histogram_value.num == 4 and hist.histogram_value.max == 3
+    assert hist.step == read_scalars(log_dir)["clip/upper"][-1][0]
+
+
+def test_clip_higher_and_overlong_filter_move_the_diagnostics(tmp_path):
+    # eps_high 0.6: rho 1.5 stays inside. The filter removes rows 0 and 2 (truncated) from the loss.
+    s, _ = _fit_constructed(tmp_path, ClipHigher(0.2, 0.6), OverlongFilter())
+    assert s["clip/upper"] == 0
+    # Loss tokens now rows 1 (2 tokens, clipped at the lower bound) and 3 (1 token).
+    assert s["clip/lower"] == pytest.approx(2 / 3)
+    assert s["update/loss_token_share"] == pytest.approx(3 / 9)
+    assert s["update/positive_token_share"] == 0 and s["clip/upper_given_pos"] == 0
+    assert s["tier/easy/loss_token_share"] == pytest.approx(2 / 3)
+    assert s["overlong_filter/masked_response_share"] == 0.5
+
+
+def test_generation_view_counts_every_refill_round():
+    diag = Diagnostics(ngram=2, repetition_window=None)
+    module = CaptureModule()
+    # Round 1: g0 all wrong (easy), g1 mixed (hard). Round 2: g0 all correct (hard). Group ids restart.
+    r1 = make_batch([0, 0, 1, 0], [0, 0, 1, 1], [2, 2, 4, 4], truncated=[False, False, True, True],
+                    statuses=["wrong", "wrong", "correct", "wrong"], tiers=["easy", "easy", "hard", "hard"], width=4)
+    r2 = make_batch([1, 1], [0, 0], [1, 3], statuses=["correct", "correct"], tiers=["hard", "hard"], width=4)
+    diag.on_rollout(module.trainer, module, r1)
+    diag.on_rollout(module.trainer, module, r2)
+    # Dynamic sampling kept only r1's mixed group.
+    final = r1.select(torch.tensor([2, 3]))
+    final.advantages = torch.tensor([1.0, -1.0])
+    diag.on_update_end(module.trainer, module, final, {})
+    m = module.logged
+    assert (m["groups/all_correct"], m["groups/all_wrong"], m["groups/mixed"]) == pytest.approx((1 / 3, 1 / 3, 1 / 3))
+    assert m["reward/accuracy"] == pytest.approx(3 / 6)
+    assert m["response/length_mean"] == pytest.approx(16 / 6)
+    assert m["tier/easy/prompt_share"] == pytest.approx(1 / 3) and m["tier/hard/prompt_share"] == pytest.approx(2 / 3)
+    assert m["tier/hard/groups_mixed"] == pytest.approx(0.5) and m["tier/hard/groups_all_correct"] == pytest.approx(0.5)
+    assert m["tier/hard/accuracy"] == pytest.approx(3 / 4) and m["tier/easy/accuracy"] == 0
+    # Update view: the kept group only. Lengths equal -> correlation 0 by definition.
+    assert m["update/length_advantage_corr"] == 0
+    assert m["tier/hard/loss_token_share"] == 1.0 and "tier/easy/loss_token_share" not in m
+    # Records are cleared after each step.
+    diag.on_update_end(module.trainer, module, final, {})
+    assert module.logged["groups/mixed"] == 1.0
+
+
+def test_repeated_ngram_share_definition():
+    assert repeated_ngram_share([1, 2, 3, 1, 2, 3, 1, 2, 3], n=2) == pytest.approx(5 / 8)
+    assert repeated_ngram_share([1, 2, 3, 4, 5, 6], n=2) == 0.0
+    assert repeated_ngram_share([4, 4, 4, 4], n=1) == pytest.approx(3 / 4)
+    assert repeated_ngram_share([1, 2], n=4) == 0.0  # too short to repeat
+    # Only the tail window counts: a loop at the end is found however long the preamble.
+    tail = [9, 8] * 10
+    assert repeated_ngram_share(list(range(100, 200)) + tail, n=4, window=20) == pytest.approx((20 - 2 - 4 + 1) / (20 - 4 + 1))
+    # A cycle of period p over L tokens: (L - p - n + 1) / (L - n + 1).
+    cycle = [1, 2, 3, 4, 5] * 6
+    assert repeated_ngram_share(cycle, n=4) == pytest.approx((30 - 5 - 4 + 1) / (30 - 4 + 1))
+    ids = torch.tensor([[1, 1, 1, 0], [1, 2, 3, 4]])
+    torch.testing.assert_close(repetition_shares(ids, torch.tensor([3, 4]), n=1, window=None), torch.tensor([2 / 3, 0.0]))
+
+
+@pytest.mark.parametrize("window", [None, 1, 7, 40, 100])
+def test_batched_repetition_shares_equal_the_per_response_definition(window):
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 5, (50, 40), generator=gen)
+    lengths = torch.randint(0, 41, (50,), generator=gen)
+    expected = torch.tensor([repeated_ngram_share(ids[i, : lengths[i]].tolist(), 3, window) for i in range(50)])
+    assert torch.equal(repetition_shares(ids, lengths, 3, window), expected)
+
+
+def test_pearson_correlation_by_hand():
+    x = torch.tensor([3.0, 2.0, 3.0, 1.0])
+    y = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    assert float(pearson_correlation(x, y)) == pytest.approx(3 / math.sqrt(11), rel=1e-6)
+    assert float(pearson_correlation(x, -2 * y + 5)) == pytest.approx(-3 / math.sqrt(11), rel=1e-6)
+    assert float(pearson_correlation(x, torch.ones(4))) == 0.0
+    assert float(pearson_correlation(x, y, mask=torch.tensor([True, False, False, True]))) == pytest.approx(1.0)
+    assert float(pearson_correlation(torch.tensor([1.0]), torch.tensor([2.0]))) == 0.0

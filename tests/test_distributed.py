@@ -1,0 +1,335 @@
+"""Two gloo processes compute what one process computes on the same global rollout batch.
+
+The global batch (4 prompts x 4 responses, rewards chosen so that per-rank and global batch
+statistics differ) is split as the data module splits it: rank r gets prompts [2r, 2r+2), and
+builds its own RolloutBatch from them (its own padding widths). Rank 0's responses are short
+(2-6 tokens) and rank 1's long (8-20), so per-rank token counts differ by ~4x: a loss that divided
+by the local token count, or normalized by a local reward std, would not match.
+
+The run goes through the real module code path: ``Trainer.fit`` for one training step (two
+optimizer steps: ``num_mini_batches=2``, each accumulated over micro-batches of 2), with the rollout
+injected by a test callback instead of generated. Compared against the 1-process run:
+
+- the advantages (batch-std normalization with the global std);
+- the logged loss values, the global grad norm of each optimizer step;
+- the updated weights (their change from the initial weights).
+
+This file is also the worker script: ``python -m torch.distributed.run --nproc_per_node 2
+tests/test_distributed.py --strategy ddp --out DIR`` (tests/test_zero3.py reuses it with
+``--strategy zero3``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lite_ppo.hooks import Technique
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+PROMPTS, G, WORLD = 4, 4, 2
+
+# Tolerances (float32 CPU). Two sources of difference only: (1) different padding widths per rank
+# (masked positions change nothing mathematically, but SDPA/matmul reduce over different lengths,
+# ~1e-7 relative per op), (2) summation order of the gradient (all-reduce of two partial sums vs
+# one sum over micro-batches). Advantages use float64 statistics of identical rewards: exact up to
+# the float32 cast.
+ADV_ATOL = 1e-6
+# Losses, grad norms and diagnostics are sums of ~100 float32 terms: 1e-5 relative (measured:
+# <= 1.2e-7 absolute on values of order 0.1-1).
+STAT_RTOL, STAT_ATOL = 1e-5, 1e-6
+# The gradient of the first optimizer step, relative to its largest entry (measured: <= 2e-7,
+# i.e. float32 rounding; a per-rank denominator would be off by a factor of ~2-4).
+GRAD_RTOL = 1e-5
+# Weights after two AdamW steps, compared as the update (w_after - w_before) relative to its largest
+# entry (~2 * lr). AdamW's first steps move an entry by ~lr * g / (|g| + eps): where |g| is near
+# eps = 1e-8 the float32 noise of g (~1e-10 here) is amplified to ~1e-2 * lr. Measured: a handful of
+# entries of ~70k per matrix differ by up to 4e-3 of the largest update, all others by < 1e-4. So:
+# every entry within 2e-2 of the largest update, and at most 1e-3 of the entries beyond 1e-4 of it.
+DELTA_RTOL, DELTA_BULK_RTOL, DELTA_BULK_FRACTION = 2e-2, 1e-4, 1e-3
+# Statistics the module computes from this rank's rows only (diagnostics, not in the gradient).
+RANK_LOCAL_STATS = {"train/advantage_nonzero_rate"}
+
+
+# --------------------------------------------------------------------------------- the batch
+def global_rollout_parts(vocab_size: int, eos_id: int):
+    """Prompt ids, generations and rewards of the fixed global batch (plain python, deterministic)."""
+    from lite_ppo.rollout.engine import Generation
+
+    g = torch.Generator().manual_seed(1234)
+    low = 3  # skip the special tokens
+    prompt_ids, generations, rewards = [], [], []
+    # rewards: rank 0 mostly right, rank 1 mostly wrong -> per-rank stds differ from the global std
+    reward_table = [[1, 1, 1, 0], [1, 0, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]]
+    for p in range(PROMPTS):
+        plen = 5 + 2 * p
+        prompt_ids.append(torch.randint(low, vocab_size, (plen,), generator=g).tolist())
+        group = []
+        for i in range(G):
+            # rank 0 (prompts 0, 1): 2-6 tokens; rank 1 (prompts 2, 3): 8-20 tokens
+            n = (2 + i + p) if p < 2 else (8 + 3 * i + 2 * (p - 2) + (i % 2))
+            tokens = torch.randint(low, vocab_size, (n,), generator=g).tolist()
+            finished = i != 3  # one truncated response per group
+            if finished:
+                tokens[-1] = eos_id
+            group.append(Generation(tokens, finished))
+        generations.append(group)
+        rewards.extend(float(r) for r in reward_table[p])
+    return prompt_ids, generations, rewards
+
+
+def rank_rollout(tokenizer, rank: int, world: int):
+    """The RolloutBatch that rank ``rank`` of ``world`` builds from its contiguous share of prompts."""
+    from lite_ppo.callbacks.rollout import build_rollout_batch
+
+    prompt_ids, generations, rewards = global_rollout_parts(len(tokenizer), tokenizer.eos_token_id)
+    per = PROMPTS // world
+    lo, hi = rank * per, (rank + 1) * per
+    return build_rollout_batch(prompt_ids[lo:hi], generations[lo:hi], rewards[lo * G : hi * G], tokenizer.pad_token_id, 1.0)
+
+
+class FirstTokenParityReward(Technique):
+    """Test-only reward shaping: reward 1 when the first response token id is even. The tiny random
+    model never solves a problem, so without it every reward is 0, every advantage 0 and nothing
+    trains. Use as ``--trainer.callbacks+=test_distributed.FirstTokenParityReward`` with tests/ on
+    PYTHONPATH."""
+
+    def on_rollout(self, trainer, module, batch):
+        batch.rewards = (batch.response_ids[:, 0] % 2 == 0).float()
+
+
+# --------------------------------------------------------------------------------- the worker
+def skip_deepspeed_shm_op() -> None:
+    """Use plain gloo collectives instead of DeepSpeed's shared-memory CPU all-reduce, a C++ extension
+    JIT-compiled on first use (about 4 minutes on 2 cores, then cached): DeepSpeed falls back to
+    torch.distributed when the op is absent. Test speed only; no effect on results."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import importlib
+
+    # (not `import deepspeed.comm.torch as m`: deepspeed.comm's attribute `torch` is torch itself)
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+
+
+def _worker(args) -> None:
+    skip_deepspeed_shm_op()
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader
+
+    from lite_ppo.callbacks import AdvantageNormalization, LossAggregation
+    from lite_ppo.hooks import Technique
+    from lite_ppo.module import LitePPO
+    from lite_ppo.strategies import CPUDeepSpeedStrategy, iter_gathered_state
+
+    torch.set_num_threads(1)
+    out = Path(args.out)
+
+    class InjectRollout(pl.Callback):
+        """Replaces generation: puts this rank's share of the fixed global batch into the batch."""
+
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            batch["rollout"] = rank_rollout(module.tokenizer, trainer.global_rank, trainer.world_size).to(module.device)
+
+    class Record(Technique):
+        def __init__(self):
+            self.stats = None
+            self.advantages = None
+            self.grads = None
+
+        def on_before_optimizer_step(self, trainer, module, optimizer):
+            if self.grads is not None:  # the first optimizer step's gradient (all ranks, all micro-batches)
+                return
+            from deepspeed.utils import safe_get_full_grad  # plain p.grad without ZeRO; gathers under ZeRO-3
+
+            self.grads = {}
+            for name, p in module.policy.named_parameters():
+                grad = safe_get_full_grad(p) if hasattr(p, "ds_id") else p.grad
+                self.grads[name] = grad.detach().float().cpu().clone().reshape(getattr(p, "ds_shape", p.shape))
+
+        def on_update_end(self, trainer, module, batch, stats):
+            self.advantages = batch.advantages.detach().cpu().clone()
+            self.stats = {k: torch.as_tensor(v).detach().float().cpu().clone() for k, v in stats.items()}
+
+    for mode in args.modes.split(","):
+        record = Record()
+        if args.strategy == "single":
+            strategy, devices = "auto", 1
+        elif args.strategy == "ddp":
+            strategy, devices = "ddp", WORLD
+        else:
+            config = {
+                "train_micro_batch_size_per_gpu": 1,  # only for DeepSpeed's throughput logging
+                "zero_allow_untested_optimizer": True,
+                "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "overlap_comm": False},
+            }
+            strategy, devices = CPUDeepSpeedStrategy(config=config), WORLD
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            devices=devices,
+            strategy=strategy,
+            max_epochs=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            use_distributed_sampler=False,
+            num_sanity_val_steps=0,
+            callbacks=[
+                AdvantageNormalization(mean_scope="group", std_scope="batch"),
+                LossAggregation(mode=mode),
+                InjectRollout(),
+                record,
+            ],
+        )
+        module = LitePPO(model_path=args.model, lr=1e-3, num_mini_batches=2, micro_batch_size=2, max_grad_norm=args.max_grad_norm, gradient_checkpointing=args.gradient_checkpointing)
+        loader = DataLoader([{"problems": [], "index": 0}], batch_size=None, collate_fn=lambda x: x)
+        trainer.fit(module, train_dataloaders=loader)
+        weights = {name: t.float().clone() for name, t in iter_gathered_state(module.policy, bucket_bytes=1 << 20, copy=True)}
+        rank = trainer.global_rank
+        (out / mode).mkdir(parents=True, exist_ok=True)
+        result = {"advantages": record.advantages, "stats": record.stats, "world": trainer.world_size, "global_step": trainer.global_step}
+        if rank == 0:
+            result["weights"] = weights
+            result["grads"] = record.grads
+        torch.save(result, out / mode / f"rank{rank}.pt")
+        del trainer, module
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--strategy", choices=["single", "ddp", "zero3"], required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--max-grad-norm", type=float, default=None)
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    _worker(parser.parse_args())
+
+
+# --------------------------------------------------------------------------------- launching
+def worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", DS_ACCELERATOR="cpu", TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(HERE), env.get("PYTHONPATH", "")])
+    return env
+
+
+def launch(strategy: str, out: Path, model: str, modes=MODES, max_grad_norm: float | None = None, gradient_checkpointing: bool = False, timeout: int = 300) -> None:
+    """Run the worker in 1 process (``single``) or 2 gloo processes under torchrun."""
+    cmd = [sys.executable]
+    if strategy != "single":
+        cmd += ["-m", "torch.distributed.run", "--nproc_per_node", str(WORLD), "--master_port", str(_free_port())]
+    cmd += [str(Path(__file__).resolve()), "--strategy", strategy, "--out", str(out), "--model", model, "--modes", ",".join(modes)]
+    if max_grad_norm is not None:
+        cmd += ["--max-grad-norm", str(max_grad_norm)]
+    if gradient_checkpointing:
+        cmd += ["--gradient-checkpointing"]
+    proc = subprocess.run(cmd, env=worker_env(), cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def load_results(out: Path, mode: str) -> list[dict]:
+    files = sorted((out / mode).glob("rank*.pt"))
+    return [torch.load(f, weights_only=False) for f in files]
+
+
+def initial_weights(model: str) -> dict[str, torch.Tensor]:
+    from transformers import AutoModelForCausalLM
+
+    return {k: v.float().clone() for k, v in AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).state_dict().items()}
+
+
+def assert_same_as_single(multi: list[dict], single: list[dict], w0: dict[str, torch.Tensor], delta_rtol: float = DELTA_RTOL) -> dict[str, float]:
+    """Advantages, stats and weight updates of the multi-rank run vs the 1-process run; returns the
+    measured worst-case differences (for the record)."""
+    assert len(single) == 1 and len(multi) == WORLD
+    ref = single[0]
+    measured: dict[str, float] = {}
+    # same number of optimizer steps
+    assert all(r["global_step"] == ref["global_step"] for r in multi)
+    # advantages: rank r's rows are rows [r*B/R, (r+1)*B/R) of the global batch
+    adv = torch.cat([r["advantages"] for r in multi])
+    torch.testing.assert_close(adv, ref["advantages"], atol=ADV_ATOL, rtol=0)
+    measured["advantages_max_abs"] = (adv - ref["advantages"]).abs().max().item()
+    # every logged training statistic is a global quantity: equal on all ranks and to the 1-process value
+    for name, value in ref["stats"].items():
+        if name.startswith("time/") or name in RANK_LOCAL_STATS:
+            continue
+        for r in multi:
+            torch.testing.assert_close(r["stats"][name], value, rtol=STAT_RTOL, atol=STAT_ATOL, msg=lambda m: f"{name}: {m}")
+        measured[f"stat:{name}"] = max(abs(r["stats"][name] - value).item() for r in multi)
+    # the gradient of the first optimizer step (before any update: no Adam in between)
+    g_multi, g_single = multi[0]["grads"], ref["grads"]
+    assert g_multi.keys() == g_single.keys()
+    g_scale = max(g.abs().max().item() for g in g_single.values())
+    g_worst = max((g_multi[k] - g_single[k]).abs().max().item() for k in g_single)
+    measured["grad_max_abs_diff"], measured["grad_scale"] = g_worst, g_scale
+    assert g_worst <= GRAD_RTOL * g_scale, f"gradients differ by {g_worst:.3g} (largest entry {g_scale:.3g})"
+    # weights: compare the updates
+    w_multi, w_single = multi[0]["weights"], ref["weights"]
+    assert w_multi.keys() == w_single.keys()
+    scale = max((w_single[k] - w0[k]).abs().max().item() for k in w_single)
+    assert scale > 0, "the reference step did not change the weights"
+    diffs = torch.cat([((w_multi[k] - w0[k]) - (w_single[k] - w0[k])).abs().reshape(-1) for k in w_single])
+    worst = diffs.max().item()
+    beyond_bulk = (diffs > DELTA_BULK_RTOL * scale).float().mean().item()
+    measured.update(weight_update_max_abs_diff=worst, weight_update_scale=scale, weight_update_fraction_beyond_bulk=beyond_bulk)
+    assert worst <= delta_rtol * scale, f"weight updates differ by {worst:.3g} (largest update {scale:.3g})"
+    assert beyond_bulk <= DELTA_BULK_FRACTION, f"{beyond_bulk:.3g} of the weight updates differ by more than {DELTA_BULK_RTOL} of the largest"
+    return measured
+
+
+@pytest.fixture(scope="session")
+def single_results(tmp_path_factory, tiny_model_path):
+    """The 1-process reference on the global batch, for every aggregation mode (shared with test_zero3)."""
+    out = tmp_path_factory.mktemp("single")
+    launch("single", out, tiny_model_path)
+    return out
+
+
+@pytest.mark.slow
+def test_two_ddp_ranks_equal_one_process(tmp_path, tiny_model_path, single_results):
+    launch("ddp", tmp_path, tiny_model_path)
+    w0 = initial_weights(tiny_model_path)
+    for mode in MODES:
+        measured = assert_same_as_single(load_results(tmp_path, mode), load_results(single_results, mode), w0)
+        print(mode, {k: f"{v:.3g}" for k, v in measured.items() if not k.startswith("stat:")})
+
+
+def test_rank_shares_keep_groups_whole(tiny_model_path):
+    """Each rank's batch holds whole groups (G responses of one prompt), and the shares rebuild the
+    global batch: groups never straddle ranks."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    whole = rank_rollout(tok, 0, 1)
+    parts = [rank_rollout(tok, r, WORLD) for r in range(WORLD)]
+    assert sum(p.num_responses for p in parts) == whole.num_responses
+    for p in parts:
+        counts = torch.bincount(p.group_ids)
+        assert (counts == G).all()
+    torch.testing.assert_close(torch.cat([p.rewards for p in parts]), whole.rewards)
+    torch.testing.assert_close(torch.cat([p.response_lengths for p in parts]), whole.response_lengths)
+    # unequal token counts across ranks (the case that breaks local denominators)
+    tokens = [int(p.response_mask.sum()) for p in parts]
+    assert tokens[1] > 2 * tokens[0]
+
+
+if __name__ == "__main__":
+    main()

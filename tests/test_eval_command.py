@@ -1,0 +1,181 @@
+"""``lite-ppo evaluate`` end to end: every real benchmark file, the three reports, checkpoints,
+and an independent math-verify check of SmolLM2's GSM8K accuracy."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO
+from lite_ppo.cli import main
+from lite_ppo.evaluation import DEFAULT_BENCHMARKS, pass_at_k
+
+LIMIT = 2
+
+
+def _evaluate(*args: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evaluate", "--no-progress", *args])
+    assert exit_info.value.code == 0
+
+
+def _read(out: Path):
+    metrics = json.loads((out / "metrics.json").read_text())
+    records = [json.loads(line) for line in (out / "responses.jsonl").read_text().splitlines()]
+    return metrics, records, (out / "metrics.md").read_text()
+
+
+def _first_ids(path: Path, n: int) -> list[str]:
+    return [json.loads(line)["id"] for line in path.read_text().splitlines()[:n]]
+
+
+def test_evaluate_tiny_model_on_every_benchmark(tmp_path, tiny_model_path, shared_data):
+    out = tmp_path / "out"
+    _evaluate(
+        "--model", tiny_model_path,
+        "--benchmarks", str(REPO / "configs/eval/benchmarks.yaml"),
+        "--data-dir", str(shared_data / "eval"),
+        "--out", str(out),
+        "--limit", str(LIMIT),
+        "--max-new-tokens", "8",
+    )
+    metrics, records, markdown = _read(out)
+    names = [s.name for s in DEFAULT_BENCHMARKS]
+    assert list(metrics["benchmarks"]) == names
+    assert metrics["sampling"]["greedy"] is True and metrics["sampling"]["n"] == 1
+    assert metrics["averaged"] == [n for n in names if n != "gsm8k"]
+
+    by_benchmark = defaultdict(list)
+    for record in records:
+        by_benchmark[record["benchmark"]].append(record)
+        assert set(record) >= {"id", "benchmark", "prompt", "response", "answer", "extracted", "status", "correct", "length", "truncated"}
+        assert record["correct"] == (record["status"] == "correct")
+        assert 1 <= record["length"] <= 8
+        assert "Please reason step by step" in record["prompt"]  # the training prompt template
+    for spec in DEFAULT_BENCHMARKS:
+        rows, m = by_benchmark[spec.name], metrics["benchmarks"][spec.name]
+        # The first LIMIT problems of each real file, in file order, one response each.
+        assert [r["id"] for r in rows] == _first_ids(shared_data / "eval" / spec.file, LIMIT)
+        assert m["num_problems"] == m["num_responses"] == LIMIT
+        # Metrics recomputed from the JSONL verdicts.
+        assert m["accuracy"] == pytest.approx(sum(r["correct"] for r in rows) / LIMIT)
+        assert m["truncation_rate"] == pytest.approx(sum(r["truncated"] for r in rows) / LIMIT)
+        assert m["response_length"] == pytest.approx(sum(r["length"] for r in rows) / LIMIT)
+        unparsed = sum(r["status"] in ("unparsed", "no_box", "timeout", "error") for r in rows)
+        assert m["unparsed_rate"] == pytest.approx(unparsed / LIMIT)
+        assert f"| {spec.display} | {LIMIT} | {100 * m['accuracy']:.1f} |" in markdown
+    averaged = [metrics["benchmarks"][n]["accuracy"] for n in metrics["averaged"]]
+    assert metrics["average"]["accuracy"] == pytest.approx(sum(averaged) / len(averaged))
+    assert metrics["weighted_average"]["num_problems"] == LIMIT * 6
+    assert "| average |" in markdown and "| weighted average |" in markdown
+
+
+def test_evaluate_sampled_reports_mean_and_pass_at_k(tmp_path, tiny_model_path, shared_data):
+    out = tmp_path / "out"
+    _evaluate(
+        "--model", "builtin:tiny",
+        "--benchmarks", "gsm8k,amc23",
+        "--data-dir", str(shared_data / "eval"),
+        "--out", str(out),
+        "--limit", "2",
+        "--n", "4",
+        "--temperature", "1.0",
+        "--max-new-tokens", "4",
+    )
+    metrics, records, _ = _read(out)
+    assert metrics["sampling"] == {"n": 4, "greedy": False, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 4}
+    for name in ("gsm8k", "amc23"):
+        m = metrics["benchmarks"][name]
+        rows = [r for r in records if r["benchmark"] == name]
+        assert len(rows) == 8 and m["num_responses"] == 8
+        assert sorted({r["sample"] for r in rows}) == [0, 1, 2, 3]
+        assert m["mean@4"] == m["accuracy"] == pytest.approx(sum(r["correct"] for r in rows) / 8)
+        per_problem = defaultdict(int)
+        for r in rows:
+            per_problem[r["id"]] += r["correct"]
+        for k in (2, 4):
+            assert m[f"pass@{k}"] == pytest.approx(sum(pass_at_k(4, c, k) for c in per_problem.values()) / 2)
+
+
+def test_evaluate_loads_lightning_checkpoint_weights(tmp_path, tiny_model_path, shared_data):
+    from lite_ppo.evaluation.runner import load_policy_module
+    from lite_ppo.module import LitePPO
+
+    module = LitePPO(model_path=tiny_model_path)
+    module.configure_model()
+    with torch.no_grad():
+        for p in module.policy.parameters():
+            p.add_(0.01)
+    ckpt = tmp_path / "step.ckpt"
+    torch.save({"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict(), "policy_version": 6}, ckpt)
+
+    loaded = load_policy_module(str(ckpt))
+    assert loaded.policy_version == 6
+    for (name, a), b in zip(module.policy.state_dict().items(), loaded.policy.state_dict().values()):
+        assert torch.equal(a, b), name
+
+    _evaluate("--model", str(ckpt), "--benchmarks", "aime25", "--data-dir", str(shared_data / "eval"), "--out", str(tmp_path / "o"), "--limit", "1", "--max-new-tokens", "4")
+    metrics, records, _ = _read(tmp_path / "o")
+    assert metrics["model"] == str(ckpt) and len(records) == 1
+
+    with pytest.raises(FileNotFoundError, match="missing.ckpt"):
+        load_policy_module(str(tmp_path / "missing.ckpt"))
+
+
+def test_evaluate_fails_before_loading_a_model_on_a_bad_file(tmp_path, capsys):
+    (tmp_path / "bad.jsonl").write_text('{"id": "1", "problem": "q", "answer": ""}\n')
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text("benchmarks:\n  - {name: bad, file: bad.jsonl}\n")
+    with pytest.raises(ValueError, match="bad.jsonl:1: field 'answer' is empty"):
+        main(["evaluate", "--model", "/nonexistent", "--benchmarks", str(cfg), "--data-dir", str(tmp_path), "--out", str(tmp_path / "o")])
+    with pytest.raises(FileNotFoundError, match="aime24.jsonl"):
+        main(["evaluate", "--model", "/nonexistent", "--benchmarks", "aime24", "--data-dir", str(tmp_path), "--out", str(tmp_path / "o")])
+
+
+def test_evaluate_uses_training_config_prompt_and_reward(tmp_path, tiny_model_path, shared_data):
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(
+        "rollout:\n"
+        "  prompt: {style: plain, instruction: 'Box the answer.'}\n"
+        "  reward: {require_boxed: true, timeout_seconds: 2}\n"
+        "  eval_sampling: {n: 1, greedy: true, max_new_tokens: 3}\n"
+    )
+    _evaluate("--model", tiny_model_path, "--config", str(cfg), "--benchmarks", "gsm8k", "--data-dir", str(shared_data / "eval"), "--out", str(tmp_path / "o"), "--limit", "1")
+    metrics, records, _ = _read(tmp_path / "o")
+    assert metrics["prompt"]["style"] == "plain" and records[0]["prompt"].endswith("Box the answer.\nAnswer:")
+    assert metrics["reward"]["require_boxed"] is True and metrics["sampling"]["max_new_tokens"] == 3
+    assert records[0]["status"] == "no_box"
+
+
+@pytest.mark.slow
+def test_smollm2_gsm8k_accuracy_matches_direct_math_verify(tmp_path, shared_data):
+    """SmolLM2-135M-Instruct, first 50 GSM8K test problems, greedy, 256 new tokens: the command's
+    accuracy equals a separate check that calls math-verify directly on the saved responses."""
+    try:
+        import vllm  # noqa: F401
+
+        engine = "vllm"
+    except ImportError:
+        engine = "hf"
+    from lite_ppo.models import resolve_model
+
+    model = resolve_model("builtin:smollm2-135m-instruct")
+    out = tmp_path / "out"
+    _evaluate("--model", model, "--benchmarks", "gsm8k", "--data-dir", str(shared_data / "eval"), "--out", str(out), "--limit", "50", "--max-new-tokens", "256", "--engine", engine)
+    metrics, records, _ = _read(out)
+    assert len(records) == 50
+
+    # The independent check: gold answers from the data file, math-verify's own defaults.
+    from math_verify import parse, verify
+
+    gold = {json.loads(line)["id"]: json.loads(line)["answer"] for line in (shared_data / "eval/gsm8k_test.jsonl").read_text().splitlines()[:50]}
+    verdicts = {r["id"]: bool(verify(parse("$" + gold[r["id"]] + "$"), parse(r["response"]))) for r in records}
+    assert set(verdicts) == set(gold)
+    direct_accuracy = sum(verdicts.values()) / len(verdicts)
+    assert metrics["benchmarks"]["gsm8k"]["accuracy"] == pytest.approx(direct_accuracy)
+    disagree = [r["id"] for r in records if r["correct"] != verdicts[r["id"]]]
+    assert not disagree, f"the command and direct math-verify disagree on {disagree}"

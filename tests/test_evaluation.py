@@ -1,0 +1,337 @@
+"""Evaluation: benchmark config and files, metrics (pass@k, averages, DDP sync), the Evaluation callback."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import socket
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from conftest import REPO, read_scalars
+from lite_ppo.callbacks.rollout import Rollout
+from lite_ppo.data import DataFormatError, Problem
+from lite_ppo.evaluation import (
+    DEFAULT_BENCHMARKS,
+    BenchmarkSpec,
+    EvalMetric,
+    GroupMetrics,
+    apply_limit,
+    average_metrics,
+    default_ks,
+    load_benchmark,
+    load_benchmark_config,
+    load_benchmarks,
+    pass_at_k,
+    resolve_data_dir,
+    response_records,
+    status_indices,
+)
+from lite_ppo.evaluation.data import benchmark_items
+from lite_ppo.evaluation.report import markdown_table, text_table
+from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig
+
+
+# ---------------------------------------------------------------------------- pass@k
+@pytest.mark.parametrize("n", range(1, 9))
+def test_pass_at_k_matches_closed_form_and_subset_enumeration(n):
+    for c in range(n + 1):
+        outcomes = [True] * c + [False] * (n - c)
+        for k in range(1, n + 1):
+            closed = 1 - math.comb(n - c, k) / math.comb(n, k)
+            subsets = list(itertools.combinations(range(n), k))
+            brute = sum(any(outcomes[i] for i in s) for s in subsets) / len(subsets)
+            assert pass_at_k(n, c, k) == pytest.approx(closed, abs=1e-12)
+            assert pass_at_k(n, c, k) == pytest.approx(brute, abs=1e-12)
+    assert pass_at_k(n, 0, 1) == 0.0 and pass_at_k(n, n, 1) == 1.0
+
+
+def test_pass_at_k_large_n_stable_and_checked():
+    assert pass_at_k(200, 3, 100) == pytest.approx(1 - math.comb(197, 100) / math.comb(200, 100))
+    assert pass_at_k(16, 1, 1) == pytest.approx(1 / 16)  # pass@1 = c / n
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 1)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 1, 5)
+    assert default_ks(16) == [2, 4, 8, 16]
+
+
+# ---------------------------------------------------------------------------- metrics on known outputs
+class ScriptedEngine(RolloutEngine):
+    """Returns fixed response texts (tokenized) per prompt: [(text, finished), ...] for each prompt."""
+
+    def __init__(self, script):
+        self.script = script
+
+    def setup(self, policy, tokenizer, model_path):
+        self.tokenizer = tokenizer
+
+    @property
+    def shares_policy_weights(self):
+        return True
+
+    def generate(self, prompt_token_ids, sampling, seed=None):
+        out = []
+        for responses in self.script[: len(prompt_token_ids)]:
+            group = []
+            for text, finished in responses:
+                ids = self.tokenizer.encode(text, add_special_tokens=False)
+                group.append(Generation(ids + [self.tokenizer.eos_token_id] if finished else ids, finished))
+            out.append(group)
+        self.script = self.script[len(prompt_token_ids):]
+        return out
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer(tiny_model_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_path)
+
+
+def _scripted_rollout(tokenizer, problems, script, n):
+    module = SimpleNamespace(tokenizer=tokenizer, policy=None, model_path="", policy_version=0, device=torch.device("cpu"))
+    rollout = Rollout(engine=ScriptedEngine(script), eval_sampling=SamplingConfig(n=n, greedy=True, max_new_tokens=64))
+    batch, _ = rollout.make_rollout(module, problems, rollout.eval_sampling, seed=0)
+    return batch
+
+
+def test_metrics_on_known_outputs_through_the_reward(tiny_tokenizer):
+    """Right, wrong, unparseable and truncated responses scored by the real MathVerifyReward."""
+    problems = [Problem("p1", "What is 6 * 7?", "42", "b"), Problem("p2", "What is 3 + 4?", "7", "b")]
+    script = [
+        [("So the answer is \\boxed{42}.", True), ("So the answer is \\boxed{41}.", True)],  # right, wrong
+        [("I cannot solve this.", True), ("First we add 3 and", False)],  # unparseable, truncated (wrong)
+    ]
+    batch = _scripted_rollout(tiny_tokenizer, problems, script, n=2)
+    records = response_records("b", problems, batch)
+    assert [r["status"] for r in records] == ["correct", "wrong", "unparsed", "wrong"]
+    assert [r["extracted"] for r in records] == ["42", "41", None, "3"]
+    assert [r["truncated"] for r in records] == [False, False, False, True]
+
+    metrics = GroupMetrics(["b"], num_samples=2)
+    metrics.update_rollout("b", problems, batch)
+    out = metrics.compute()["groups"]["b"]
+    lengths = [len(tiny_tokenizer.encode(t, add_special_tokens=False)) + f for resp in script for t, f in resp]
+    assert out["accuracy"] == 0.25 and out["mean@2"] == 0.25
+    assert out["pass@2"] == 0.5  # p1 has one correct of two, p2 none
+    assert out["unparsed_rate"] == 0.25
+    assert out["truncation_rate"] == 0.25
+    assert out["response_length"] == pytest.approx(sum(lengths) / 4)
+    assert out["status/wrong"] == 0.5
+    assert (out["num_problems"], out["num_responses"]) == (2, 4)
+
+    # The same numbers from the records alone (what the command writes to responses.jsonl).
+    again = GroupMetrics(["b"], num_samples=2)
+    again.update_records("b", records)
+    assert again.compute()["groups"]["b"] == out
+
+
+def test_padding_rows_are_not_counted(tiny_tokenizer):
+    problems = [Problem("p1", "q", "42", "b"), Problem("p1", "q", "42", "b")]
+    batch = _scripted_rollout(tiny_tokenizer, problems, [[("\\boxed{42}", True)], [("\\boxed{42}", True)]], n=1)
+    metrics = GroupMetrics(["b"])
+    metrics.update_rollout("b", problems, batch, valid=[True, False])
+    assert metrics.compute()["groups"]["b"]["num_problems"] == 1
+
+
+def test_eval_metric_accumulates_and_checks_shapes():
+    metric = EvalMetric(num_samples=4, ks=[1, 2, 4])
+    metric.update(status_indices([["correct", "wrong", "wrong", "wrong"]]), torch.full((1, 4), 10), torch.zeros(1, 4, dtype=torch.bool))
+    metric.update(status_indices([["timeout", "error", "no_box", "correct"]]), torch.full((1, 4), 30), torch.ones(1, 4, dtype=torch.bool))
+    out = metric.compute()
+    assert float(out["accuracy"]) == pytest.approx(2 / 8)
+    assert float(out["pass@1"]) == pytest.approx(0.25)
+    assert float(out["pass@2"]) == pytest.approx((pass_at_k(4, 1, 2) * 2) / 2)
+    assert float(out["pass@4"]) == 1.0
+    assert float(out["unparsed_rate"]) == pytest.approx(3 / 8)
+    assert float(out["truncation_rate"]) == 0.5 and float(out["response_length"]) == 20.0
+    with pytest.raises(ValueError, match="shape"):
+        metric.update(status_indices([["correct"]]), torch.ones(1, 1), torch.zeros(1, 1, dtype=torch.bool))
+    with pytest.raises(ValueError, match="unknown reward status"):
+        status_indices([["maybe"]])
+    with pytest.raises(ValueError):
+        EvalMetric(num_samples=2, ks=[4])
+
+
+# ---------------------------------------------------------------------------- averages
+def test_average_unweighted_and_weighted_by_hand():
+    per = {
+        "a": {"accuracy": 0.5, "response_length": 100.0, "num_problems": 10.0, "num_responses": 10.0},
+        "b": {"accuracy": 0.1, "response_length": 300.0, "num_problems": 30.0, "num_responses": 30.0},
+        "c": {"accuracy": 0.9, "response_length": 50.0, "num_problems": 60.0, "num_responses": 60.0},
+    }
+    avg = average_metrics(per, include=["a", "b"])
+    assert avg["average"]["accuracy"] == pytest.approx((0.5 + 0.1) / 2)
+    assert avg["weighted_average"]["accuracy"] == pytest.approx((0.5 * 10 + 0.1 * 30) / 40)
+    assert avg["average"]["response_length"] == pytest.approx(200.0)
+    assert avg["average"]["num_problems"] == avg["weighted_average"]["num_problems"] == 40.0
+    every = average_metrics(per)
+    assert every["average"]["accuracy"] == pytest.approx(0.5)
+    assert every["weighted_average"]["accuracy"] == pytest.approx((5 + 3 + 54) / 100)
+
+
+def test_group_metrics_average_excludes_benchmarks_outside_the_average():
+    metrics = GroupMetrics(["x", "y", "gsm"], averaged=["x", "y"])
+    metrics.update_records("x", [{"status": "correct", "length": 1, "truncated": False}] * 3 + [{"status": "wrong", "length": 1, "truncated": False}])
+    metrics.update_records("y", [{"status": "wrong", "length": 1, "truncated": False}] * 2)
+    metrics.update_records("gsm", [{"status": "correct", "length": 1, "truncated": False}] * 5)
+    results = metrics.compute()
+    assert results["average"]["accuracy"] == pytest.approx((0.75 + 0.0) / 2)
+    assert results["weighted_average"]["accuracy"] == pytest.approx(3 / 6)
+    md = markdown_table(results, {"x": "X-Bench"})
+    assert "| X-Bench | 4 | 75.0 |" in md and "| average | 6 | 37.5 |" in md and "| weighted average | 6 | 50.0 |" in md
+    assert "gsm" in text_table(results)
+
+
+# ---------------------------------------------------------------------------- DDP: metric sync
+def test_metrics_sync_across_two_processes_equals_one_process(tmp_path):
+    from eval_ddp_worker import ddp_records, worker
+
+    single = GroupMetrics(["a", "b"], num_samples=2)
+    for group, records in ddp_records():
+        single.update_records(group, records)
+    expected = single.compute()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "ddp.json"
+    torch.multiprocessing.spawn(worker, args=(2, port, str(out)), nprocs=2, join=True)
+    got = json.loads(out.read_text())
+    for group in ("a", "b"):
+        for key, value in expected["groups"][group].items():
+            assert got["groups"][group][key] == pytest.approx(value), (group, key)
+    assert got["average"]["accuracy"] == pytest.approx(expected["average"]["accuracy"])
+
+
+# ---------------------------------------------------------------------------- benchmark config and files
+def test_registry_and_shipped_yaml_agree():
+    specs, data_dir = load_benchmark_config(REPO / "configs/eval/benchmarks.yaml")
+    assert data_dir is None  # never ship a data location
+    assert specs == list(DEFAULT_BENCHMARKS)
+    assert [s.file for s in specs] == [
+        "math500.jsonl", "aime24.jsonl", "aime25.jsonl", "amc23.jsonl", "minerva_math.jsonl", "olympiadbench.jsonl", "gsm8k_test.jsonl",
+    ]
+    assert [s.name for s in specs if not s.in_average] == ["gsm8k"]
+
+
+def test_every_shared_benchmark_file_loads(shared_data):
+    loaded = load_benchmarks(DEFAULT_BENCHMARKS, shared_data / "eval")
+    counts = {spec.name: len(problems) for spec, problems in loaded}
+    assert counts == {"math500": 500, "aime24": 30, "aime25": 30, "amc23": 40, "minerva_math": 272, "olympiadbench": 675, "gsm8k": 1319}
+    limited = load_benchmarks(apply_limit(DEFAULT_BENCHMARKS, 3), shared_data / "eval")
+    first_gsm8k = [json.loads(line)["id"] for line in (shared_data / "eval/gsm8k_test.jsonl").read_text().splitlines()[:3]]
+    assert [p.id for p in limited[-1][1]] == first_gsm8k
+    assert all(p.tier == "gsm8k" for p in limited[-1][1])
+
+
+def test_config_forms_and_limits(tmp_path):
+    specs, _ = load_benchmark_config("aime24, gsm8k")
+    assert [s.name for s in specs] == ["aime24", "gsm8k"]
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text("data_dir: /somewhere\nbenchmarks:\n  - {name: gsm8k, limit: 50}\n  - {name: mine, file: my.jsonl, title: Mine}\n")
+    specs, data_dir = load_benchmark_config(cfg)
+    assert data_dir == "/somewhere"
+    assert specs[0] == BenchmarkSpec("gsm8k", "gsm8k_test.jsonl", "GSM8K", limit=50, in_average=False)
+    assert apply_limit(specs, 20)[0].limit == 20 and apply_limit(specs, 100)[0].limit == 50 and apply_limit(specs, 20)[1].limit == 20
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("benchmarks:\n  - {name: a, file: a.jsonl, lmit: 3}\n", "b.yaml: benchmarks\\[0\\]: unknown key\\(s\\) lmit"),
+        ("benchmarks:\n  - {name: a}\n", "b.yaml: benchmarks\\[0\\]: 'file' is missing"),
+        ("benchmarks:\n  - {name: a, file: a.jsonl}\n  - {name: a, file: b.jsonl}\n", "appears twice"),
+        ("benchmarks:\n  - {name: a, file: a.jsonl, limit: 0}\n", "limit"),
+        ("benchmarks:\n  - {name: average, file: a.jsonl}\n", "reserved"),
+        ("benchmarks:\n  - nosuch\n", "unknown benchmark 'nosuch'"),
+        ("bench: []\n", "'benchmarks' list"),
+    ],
+)
+def test_bad_config_names_the_problem(tmp_path, text, message):
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_benchmark_config(cfg)
+
+
+def test_missing_and_malformed_files_name_file_and_line(tmp_path):
+    with pytest.raises(FileNotFoundError, match="benchmark 'gone'.*gone.jsonl"):
+        load_benchmark(BenchmarkSpec("gone", "gone.jsonl"), tmp_path)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "1", "problem": "q", "answer": "1", "source": "s"}\n{"id": "2", "problem": "q"}\n')
+    with pytest.raises(DataFormatError, match="bad.jsonl:2: field 'answer' is missing"):
+        load_benchmarks([BenchmarkSpec("bad", "bad.jsonl")], tmp_path)
+    bad.write_text('{"id": "1", "problem": "q", "answer": "1"}\nnot json\n')
+    with pytest.raises(DataFormatError, match="bad.jsonl:2: invalid JSON"):
+        load_benchmark(BenchmarkSpec("bad", str(bad)), None)  # absolute path, no data_dir
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        resolve_data_dir(tmp_path / "nope")
+
+
+def test_data_dir_precedence(tmp_path, monkeypatch):
+    monkeypatch.delenv("LITE_PPO_EVAL_DIR", raising=False)
+    with pytest.raises(ValueError, match="--data-dir"):
+        resolve_data_dir(None, None)
+    monkeypatch.setenv("LITE_PPO_EVAL_DIR", str(tmp_path))
+    assert resolve_data_dir(None, None) == tmp_path
+    (tmp_path / "x").mkdir()
+    assert resolve_data_dir(None, str(tmp_path / "x")) == tmp_path / "x"
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_benchmark_batches_cover_every_problem_once_across_ranks(world):
+    spec = BenchmarkSpec("b", "b.jsonl")
+    problems = [Problem(str(i), "q", "1", "b") for i in range(7)]
+    per_rank = [benchmark_items([(spec, problems)], batch_size=4, rank=r, world_size=world) for r in range(world)]
+    assert len({len(items) for items in per_rank}) == 1  # ranks stay in step
+    counted = [p.id for items in per_rank for it in items for p, ok in zip(it["problems"], it["valid"]) if ok]
+    assert sorted(counted, key=int) == [str(i) for i in range(7)]
+    assert all(it["problems"] for items in per_rank for it in items)  # no rank gets an empty batch
+
+
+# ---------------------------------------------------------------------------- the callback in a fit
+def test_evaluation_callback_in_fit_logs_per_benchmark_and_before_after(tmp_path, tiny_model_path, shared_data, capsys):
+    from lite_ppo.cli import main
+
+    main(
+        [
+            "fit",
+            "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
+            "--config", str(REPO / "configs/models/tiny.yaml"),
+            "--trainer.default_root_dir", str(tmp_path),
+            "--trainer.logger.init_args.save_dir", str(tmp_path / "tb"),
+            "--trainer.logger.init_args.version", "run",
+            "--trainer.enable_progress_bar=false",
+            "--trainer.val_check_interval=2",
+            "--trainer.callbacks+=lite_ppo.callbacks.Evaluation",
+            "--trainer.callbacks.benchmarks=gsm8k,aime24",
+            f"--trainer.callbacks.data_dir={shared_data / 'eval'}",
+            "--trainer.callbacks.limit=3",
+            "--trainer.callbacks.batch_size=2",
+            "--trainer.callbacks.evaluate_before_training=true",
+            f"--trainer.callbacks.output_dir={tmp_path / 'evals'}",
+            "--data.val_size=2",
+        ]
+    )
+    scalars = read_scalars(tmp_path / "tb")
+    for tag in ("eval/gsm8k/accuracy", "eval/aime24/accuracy", "eval/average/accuracy", "eval/weighted_average/accuracy",
+                "eval/gsm8k/truncation_rate", "eval/gsm8k/unparsed_rate", "eval/gsm8k/response_length", "val/easy/accuracy"):
+        assert tag in scalars, f"missing {tag}; have {sorted(k for k in scalars if k.startswith(('eval', 'val')))}"
+        # before training (step 0) and after 2 training steps (val_check_interval=2 of 3 steps)
+        assert [step for step, _ in scalars[tag]] == [0, 2], tag
+    assert [v for _, v in scalars["eval/gsm8k/num_problems"]] == [3, 3]
+    # gsm8k is outside the paper's average: the average is aime24's value
+    assert scalars["eval/average/accuracy"] == scalars["eval/aime24/accuracy"]
+    out = capsys.readouterr().out
+    assert "Evaluation (before training)" in out and "Evaluation (after 2 training steps)" in out
+    assert "Accuracy before training and after 2 training steps" in out
+    report = json.loads((tmp_path / "evals/step_2/metrics.json").read_text())
+    assert report["benchmarks"]["gsm8k"]["num_problems"] == 3 and report["tiers"]["groups"]["easy"]["num_problems"] == 2
+    lines = (tmp_path / "evals/step_0/responses.rank0.jsonl").read_text().splitlines()
+    assert len(lines) == 3 + 3 + 3 * 2  # two benchmarks and three held-out tiers of 2

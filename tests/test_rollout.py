@@ -1,0 +1,93 @@
+"""HF rollouts and the RolloutBatch layout: truncation flags, padding, and trainer log-probs that
+match the sampling distribution token for token."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lite_ppo.callbacks.rollout import build_rollout_batch
+from lite_ppo.module import LitePPO
+from lite_ppo.rollout import Generation, HFEngine, RolloutBatch, SamplingConfig
+
+
+@pytest.fixture(scope="module")
+def module(tiny_model_path):
+    m = LitePPO(model_path=tiny_model_path, micro_batch_size=3)
+    m.configure_model()
+    return m
+
+
+def _prompts(module, texts):
+    return [module.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def test_truncation_flags_and_lengths_follow_max_new_tokens(module):
+    engine = HFEngine(batch_size=2)
+    engine.setup(module.policy, module.tokenizer, module.model_path)
+    eos = module.tokenizer.eos_token_id
+    prompts = _prompts(module, ["What is 1 + 2?", "Question: 7 * 8", "Hi"])
+    groups = engine.generate(prompts, SamplingConfig(n=3, max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0), seed=0)
+    assert [len(g) for g in groups] == [3, 3, 3]
+    for gen in (g for group in groups for g in group):
+        assert 1 <= len(gen.token_ids) <= 6
+        if gen.finished:
+            assert gen.token_ids[-1] == eos and eos not in gen.token_ids[:-1]
+        else:
+            assert len(gen.token_ids) == 6 and eos not in gen.token_ids
+
+
+def test_build_rollout_batch_layout():
+    prompts = [[5, 6, 7], [8]]
+    gens = [[Generation([1, 2], True), Generation([3], False)], [Generation([4, 4, 4], False), Generation([9, 2], True)]]
+    b = build_rollout_batch(prompts, gens, [1.0, 0.0, 0.0, 1.0], pad_id=0, temperature=0.7)
+    assert b.input_ids.tolist() == [[5, 6, 7, 1, 2, 0], [5, 6, 7, 3, 0, 0], [0, 0, 8, 4, 4, 4], [0, 0, 8, 9, 2, 0]]
+    assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0]]
+    assert b.response_mask.tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]]
+    assert b.group_ids.tolist() == [0, 0, 1, 1]
+    assert b.truncated.tolist() == [False, True, True, False]
+    assert b.response_lengths.tolist() == [2, 1, 3, 2]
+    assert b.prompt_width == 3 and b.temperature == 0.7
+    assert torch.equal(b.loss_mask, b.response_mask)
+
+
+def test_concat_repads_and_keeps_groups_distinct():
+    a = build_rollout_batch([[5, 6]], [[Generation([1], True)]], [1.0], 0, 1.0)
+    b = build_rollout_batch([[7, 8, 9]], [[Generation([2, 3, 4], False)]], [0.0], 0, 1.0)
+    c = RolloutBatch.concat([a, b], pad_token_id=0)
+    assert c.input_ids.tolist() == [[0, 5, 6, 1, 0, 0], [7, 8, 9, 2, 3, 4]]
+    assert c.group_ids.tolist() == [0, 1]
+    assert c.response_ids.tolist() == [[1, 0, 0], [2, 3, 4]]
+
+
+def test_trainer_logprobs_equal_the_sampling_distribution(module):
+    """The module's log pi(o_t) (left padding, position ids, temperature) equals log softmax(z / T)
+    of the logits generate() sampled from, for every sampled token."""
+    tok, policy = module.tokenizer, module.policy
+    prompts = _prompts(module, ["What is 12 + 7?", "Answer:", "Question: 3 + 4 = ?"])
+    temperature = 0.7
+    width = max(map(len, prompts))
+    ids = torch.full((3, width), tok.pad_token_id)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :], mask[i, width - len(p) :] = torch.tensor(p), 1
+    torch.manual_seed(0)
+    policy.eval()
+    out = policy.generate(
+        input_ids=ids, attention_mask=mask, do_sample=True, temperature=temperature, top_k=None, top_p=None,
+        max_new_tokens=8, output_logits=True, return_dict_in_generate=True, pad_token_id=tok.pad_token_id,
+    )
+    sampled = out.sequences[:, width:]
+    step_logits = torch.stack(out.logits, dim=1).float()  # [3, T, V] raw logits of each step
+    reference = torch.log_softmax(step_logits / temperature, -1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)
+
+    gens = []
+    for row in sampled.tolist():
+        end = row.index(tok.eos_token_id) + 1 if tok.eos_token_id in row else len(row)
+        gens.append([Generation(row[:end], end < len(row) or tok.eos_token_id in row)])
+    batch = build_rollout_batch(prompts, gens, [0.0, 0.0, 0.0], tok.pad_token_id, temperature)
+    got = module.sequence_logprobs(batch)
+    for i, g in enumerate(gens):
+        n = len(g[0].token_ids)
+        torch.testing.assert_close(got[i, :n], reference[i, :n], atol=1e-4, rtol=1e-4)
+        assert torch.all(got[i, n:] == 0)
