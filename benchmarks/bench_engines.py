@@ -1,16 +1,18 @@
 """Generation throughput of the vLLM engine and the HF engine on the same model, prompts and sampling.
 
 For each model it prints tokens/s of generation (after a warm-up) for vLLM
-(:class:`lite_ppo.rollout.vllm.VLLMEngine`) and for HF (:class:`lite_ppo.rollout.hf.HFEngine`,
-or plain ``model.generate`` when that engine is missing), vLLM's startup time, and the time of
-one weight sync (policy -> vLLM, in place). Each model runs in its own process (one in-process
-vLLM engine per process).
+(:class:`lite_ppo.rollout.vllm.VLLMEngine`, once per ``--vllm-dtype``: bfloat16 and float32 by
+default) and for HF (:class:`lite_ppo.rollout.hf.HFEngine`, or plain ``model.generate`` when that
+engine is missing, on the float32 policy), vLLM's startup time and first (cold) generate, and the
+time of one weight sync (float32 policy -> vLLM, in place). Each model runs in its own process;
+its vLLM engines are built one after the other in that process (each closed before the next).
 
 Usage (the defaults are the issue's setting: the tiny test model and SmolLM2-135M-Instruct)::
 
     python benchmarks/bench_engines.py
     python benchmarks/bench_engines.py --model builtin:tiny --prompts 4 --n 2 --max-new-tokens 16
     python benchmarks/bench_engines.py --model /path/to/hf/folder --json results.json
+    python benchmarks/bench_engines.py --prompts 8 --n 4 --max-new-tokens 128   # a few minutes on 2 cores
 
 ``--model`` takes a local HF folder or a ``builtin:`` name (resolved by
 ``lite_ppo.models.resolve_model``). Sampling defaults are the paper's (temperature 0.99,
@@ -42,7 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.99)
     p.add_argument("--top-p", type=float, default=0.99)
     p.add_argument("--top-k", type=int, default=100)
-    p.add_argument("--vllm-dtype", default="bfloat16", choices=["auto", "bfloat16", "float32"])
+    p.add_argument("--vllm-dtype", default="bfloat16,float32", help="comma-separated vLLM dtypes (auto, bfloat16, float32); one engine each")
     p.add_argument("--hf-dtype", default="float32", choices=["bfloat16", "float32"], help="dtype of the HF policy (the trainer's weights)")
     p.add_argument("--hf-batch-size", type=int, default=16, help="prompts per HF generate call")
     p.add_argument("--kv-cache-gib", type=float, default=2.0)
@@ -115,27 +117,31 @@ def bench_one(args: argparse.Namespace, model_name: str) -> dict:
     if "vllm" in engines:
         from lite_ppo.rollout.vllm import VLLMEngine
 
-        engine = VLLMEngine(dtype=args.vllm_dtype, kv_cache_space_gib=args.kv_cache_gib, seed=args.seed)
-        engine.setup(policy, tokenizer, path)
-        engine.generate(prompts[:2], warmup, seed=args.seed)
-        groups, seconds = _timed(lambda: engine.generate(prompts, sampling, seed=args.seed))
-        tokens = _count(groups)
-        engine.sync_weights(policy)  # the first sync also pays one-off costs; report the second
-        first_sync = engine.last_sync_seconds
-        engine.sync_weights(policy)
-        result["vllm"] = dict(
-            engine="VLLMEngine",
-            dtype=str(engine.engine_dtype).replace("torch.", ""),
-            tokens=tokens,
-            seconds=seconds,
-            tokens_per_s=tokens / seconds,
-            startup_s=engine.startup_seconds,
-            sync_s=engine.last_sync_seconds,
-            first_sync_s=first_sync,
-            sync_buckets=engine.last_sync_buckets,
-        )
-        _print_line(model_name, "vllm", result["vllm"])
-        engine.close()
+        # One engine at a time in this process (each is closed before the next is built).
+        for vllm_dtype in _dtypes(args.vllm_dtype):
+            engine = VLLMEngine(dtype=vllm_dtype, kv_cache_space_gib=args.kv_cache_gib, seed=args.seed)
+            engine.setup(policy, tokenizer, path)
+            _, first_generate = _timed(lambda: engine.generate(prompts[:2], warmup, seed=args.seed))
+            groups, seconds = _timed(lambda: engine.generate(prompts, sampling, seed=args.seed))
+            tokens = _count(groups)
+            engine.sync_weights(policy)  # the first sync also pays one-off costs; report the second
+            first_sync = engine.last_sync_seconds
+            engine.sync_weights(policy)
+            key = _vllm_key(vllm_dtype, args.vllm_dtype)
+            result[key] = dict(
+                engine="VLLMEngine",
+                dtype=str(engine.engine_dtype).replace("torch.", ""),
+                tokens=tokens,
+                seconds=seconds,
+                tokens_per_s=tokens / seconds,
+                startup_s=engine.startup_seconds,
+                first_generate_s=first_generate,
+                sync_s=engine.last_sync_seconds,
+                first_sync_s=first_sync,
+                sync_buckets=engine.last_sync_buckets,
+            )
+            _print_line(model_name, key, result[key])
+            engine.close()
     return result
 
 
@@ -180,6 +186,19 @@ class _PlainGenerate:
         return out
 
 
+def _dtypes(spec: str) -> list[str]:
+    dtypes = [d.strip() for d in spec.split(",") if d.strip()]
+    bad = [d for d in dtypes if d not in ("auto", "bfloat16", "float32")]
+    if bad or not dtypes:
+        raise SystemExit(f"--vllm-dtype: expected a comma-separated list of auto, bfloat16, float32; got {spec!r}")
+    return dtypes
+
+
+def _vllm_key(dtype: str, spec: str) -> str:
+    """``vllm`` when one dtype is benchmarked, else ``vllm-<dtype>``."""
+    return "vllm" if len(_dtypes(spec)) == 1 else f"vllm-{dtype}"
+
+
 def _hf_engine(batch_size: int):
     try:
         from lite_ppo.rollout.hf import HFEngine
@@ -190,9 +209,12 @@ def _hf_engine(batch_size: int):
 
 def _print_line(model: str, engine: str, r: dict) -> None:
     extra = ""
-    if engine == "vllm":
-        extra = f"  startup {r['startup_s']:.1f} s  sync {r['sync_s']:.3f} s (first {r['first_sync_s']:.3f} s, {r['sync_buckets']} buckets)"
-    print(f"[{model}] {engine:<4} {r['dtype']:<8} {r['tokens']:>7} tokens in {r['seconds']:7.2f} s = {r['tokens_per_s']:8.1f} tokens/s{extra}", flush=True)
+    if engine.startswith("vllm"):
+        extra = (
+            f"  startup {r['startup_s']:.1f} s, first generate {r['first_generate_s']:.1f} s,"
+            f"  sync {r['sync_s']:.3f} s (first {r['first_sync_s']:.3f} s, {r['sync_buckets']} buckets)"
+        )
+    print(f"[{model}] {engine:<14} {r['dtype']:<8} {r['tokens']:>7} tokens in {r['seconds']:7.2f} s = {r['tokens_per_s']:8.1f} tokens/s{extra}", flush=True)
 
 
 def main(argv=None) -> None:
@@ -215,18 +237,25 @@ def main(argv=None) -> None:
             with open(out) as f:
                 results.extend(json.load(f))
             os.unlink(out)
-        print("\nsummary (generation tokens/s after warm-up; sync = one in-place weight push into vLLM)")
-        for r in results:
-            line = f"  {r['model']}: "
-            line += ", ".join(f"{e} {r[e]['tokens_per_s']:.1f} tok/s" for e in ("vllm", "hf") if e in r)
-            if "vllm" in r and "hf" in r:
-                line += f"  (vLLM/HF = {r['vllm']['tokens_per_s'] / r['hf']['tokens_per_s']:.2f}x)"
-            if "vllm" in r:
-                line += f", sync {r['vllm']['sync_s']:.3f} s"
-            print(line)
+    print("\nsummary (generation tokens/s after warm-up; sync = one in-place weight push into vLLM)")
+    for r in results:
+        print(_summary_line(r))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
+
+
+def _summary_line(r: dict) -> str:
+    engines = [k for k in r if k == "hf" or k.startswith("vllm")]
+    parts = []
+    for e in engines:
+        part = f"{e} {r[e]['tokens_per_s']:.1f} tok/s"
+        if e != "hf" and "hf" in r:
+            part += f" ({r[e]['tokens_per_s'] / r['hf']['tokens_per_s']:.2f}x HF)"
+        if e != "hf":
+            part += f", sync {r[e]['sync_s']:.3f} s, startup {r[e]['startup_s']:.1f} s"
+        parts.append(part)
+    return f"  {r['model']}: " + "; ".join(parts)
 
 
 def _strip_option(argv: list[str], name: str) -> list[str]:

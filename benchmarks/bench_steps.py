@@ -30,7 +30,7 @@ COLUMNS = [
     ("train s", "time/training_s"),
     ("gen tok/s", "time/generation_tokens_per_s"),
     ("train tok/s", "time/training_tokens_per_s"),
-    ("resp len", "rollout/response_length_mean"),
+    ("resp len", "response/length_mean"),
 ]
 
 

@@ -4,7 +4,9 @@ from lite_ppo.callbacks.clip_higher import ClipHigher
 from lite_ppo.callbacks.diagnostics import Diagnostics
 from lite_ppo.callbacks.dynamic_sampling import DynamicSampling
 from lite_ppo.callbacks.evaluation import Evaluation
+from lite_ppo.callbacks.importance_sampling import TruncatedImportanceSampling
 from lite_ppo.callbacks.kl import KLPenalty
+from lite_ppo.callbacks.logprob_drift import LogprobDrift
 from lite_ppo.callbacks.loss_aggregation import LossAggregation
 from lite_ppo.callbacks.normalization import AdvantageNormalization
 from lite_ppo.callbacks.overlong_filter import OverlongFilter
@@ -18,8 +20,10 @@ __all__ = [
     "DynamicSampling",
     "Evaluation",
     "KLPenalty",
+    "LogprobDrift",
     "LossAggregation",
     "OverlongFilter",
     "OverlongRewardShaping",
     "Rollout",
+    "TruncatedImportanceSampling",
 ]

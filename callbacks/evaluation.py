@@ -120,6 +120,8 @@ class Evaluation(Callback):
         if rollout is None:
             raise ValueError("Evaluation needs the lite_ppo.callbacks.Rollout callback (it generates the validation responses)")
         n = rollout.eval_sampling.n
+        if self.pass_k and max(self.pass_k) > n:
+            raise ValueError(f"Evaluation.pass_k={self.pass_k} needs rollout.eval_sampling.n >= {max(self.pass_k)} samples per problem, got n={n}")
         self.metrics = GroupMetrics([s.name for s, _ in self.benchmarks], num_samples=n, ks=self.pass_k, averaged=[s.name for s, _ in self.benchmarks if s.in_average])
         self.tier_metrics = GroupMetrics([], num_samples=n, ks=self.pass_k)
         if stage == "fit" and self.evaluate_before_training:

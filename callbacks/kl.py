@@ -68,18 +68,18 @@ class KLPenalty(Technique):
         self.reference = None  # free the memory
 
     @torch.no_grad()
-    def reference_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+    def reference_logprobs(self, module, batch: RolloutBatch) -> torch.Tensor:
         """log pi_ref of the response tokens of ``batch``: [b, R] (zero on padding)."""
         if self.reference is None:
             raise RuntimeError("KLPenalty has no reference model: it is loaded at fit start when coef > 0")
-        logits = reference_logits(self.reference, batch)
+        logits = module.forward_logits(batch, model=self.reference)
         return logprobs_from_logits(logits, batch.response_ids) * batch.response_mask
 
     # -- hooks ---------------------------------------------------------------------------------------
     def extra_loss_terms(self, trainer, module, ctx: MiniBatchContext) -> dict[str, torch.Tensor]:
         if self.coef == 0:
             return {}
-        kl = kl_estimate(ctx.logprobs, self.reference_logprobs(ctx.batch), self.estimator, self.clamp)
+        kl = kl_estimate(ctx.logprobs, self.reference_logprobs(module, ctx.batch), self.estimator, self.clamp)
         mask = ctx.batch.loss_mask
         self._sums += torch.tensor([(kl.detach() * mask).sum().item(), mask.sum().item()], dtype=torch.float64)
         return {"kl": self.coef * kl}
@@ -105,12 +105,3 @@ def load_reference(path: str, module) -> torch.nn.Module:
     model.config.use_cache = False
     model.requires_grad_(False)
     return model.eval().to(module.device)
-
-
-def reference_logits(model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
-    """Logits [b, R, V] of ``model`` predicting each response token, divided by the sampling
-    temperature: the same computation as ``LitePPO.forward_logits`` with another model."""
-    width = batch.response_mask.shape[1]
-    position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids, use_cache=False, logits_to_keep=width + 1)
-    return out.logits[:, :-1].float() / batch.temperature

@@ -12,7 +12,6 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from lite_ppo.data.prompts import PromptFormatter
 from lite_ppo.hooks import techniques_of
-from lite_ppo.ops.group_outcomes import group_outcome_shares
 from lite_ppo.rewards import STATUSES, MathVerifyReward
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig
@@ -162,18 +161,11 @@ class Rollout(Callback):
         return rollout.to(module.device), timings
 
     def _log_rollout(self, module, rollout: RolloutBatch, timings: dict[str, float]) -> None:
-        rewards, group_ids, lengths, truncated = _gather_global(module, rollout)
-        metrics = {
-            "rollout/reward_mean": rewards.mean(),
-            "rollout/reward_std": rewards.std() if rewards.numel() > 1 else rewards.new_zeros(()),
-            "rollout/response_length_mean": lengths.float().mean(),
-            "rollout/response_length_max": lengths.float().max(),
-            "rollout/truncation_rate": truncated.float().mean(),
-        }
-        metrics.update({f"rollout/groups_{k}": v for k, v in group_outcome_shares(rewards, group_ids).items()})
+        """Reward-status rates of this rank and timings. The reward, group, length and truncation
+        statistics of the global batch are the Diagnostics callback's (always on)."""
         n = max(rollout.num_responses, 1)
         statuses = Counter(rollout.extras.get("reward_status", []))
-        metrics.update({f"rollout/reward_{s}_rate": torch.tensor(statuses.get(s, 0) / n) for s in STATUSES})
+        metrics = {f"rollout/reward_{s}_rate": torch.tensor(statuses.get(s, 0) / n) for s in STATUSES}
         for name, seconds in timings.items():
             metrics[f"time/{name}"] = torch.tensor(seconds)
         if timings.get("generation_s"):
@@ -215,24 +207,6 @@ def _any_rank(module, flag: bool) -> bool:
     if module.trainer.world_size > 1:
         value = module.trainer.strategy.reduce(value, reduce_op="sum")
     return bool(value.item() > 0)
-
-
-def _gather_global(module, rollout: RolloutBatch) -> tuple[torch.Tensor, ...]:
-    """Rewards, group ids (made unique across ranks), lengths and truncation flags of every rank."""
-    rewards, group_ids = rollout.rewards.float(), rollout.group_ids
-    lengths, truncated = rollout.response_lengths, rollout.truncated
-    if module.trainer.world_size <= 1:
-        return rewards, group_ids, lengths, truncated
-    # all_gather needs equal shapes: every rank holds the same number of responses (a dynamic
-    # sampling technique that drops groups refills to the same size before this point).
-    stacked = module.all_gather(torch.stack([rewards, group_ids.float(), lengths.float(), truncated.float()]))
-    rank_offsets = torch.arange(stacked.shape[0], device=stacked.device).view(-1, 1) * (stacked[:, 1].max() + 1)
-    return (
-        stacked[:, 0].reshape(-1),
-        (stacked[:, 1] + rank_offsets).reshape(-1).long(),
-        stacked[:, 2].reshape(-1).long(),
-        stacked[:, 3].reshape(-1).bool(),
-    )
 
 
 def build_rollout_batch(

@@ -195,6 +195,20 @@ def _worker(args) -> None:
         rank = trainer.global_rank
         (out / mode).mkdir(parents=True, exist_ok=True)
         result = {"advantages": record.advantages, "stats": record.stats, "world": trainer.world_size, "global_step": trainer.global_step}
+        if args.strategy == "zero3":
+            # HF generate on partitioned parameters with ranks that stop at different steps: every
+            # forward all-gathers from all ranks, so this hangs unless generate runs with synced_gpus.
+            from lite_ppo.rollout import HFEngine, SamplingConfig
+
+            engine = HFEngine()
+            engine.setup(module.policy, module.tokenizer, args.model)
+            prompts = [module.tokenizer(q)["input_ids"] for q in ("What is 2 plus 3?", "Compute 7 times 6.")]
+            sampling = SamplingConfig(n=1, greedy=True, max_new_tokens=3 if rank == 0 else 9)
+            result["engine_lengths"] = [len(group[0].token_ids) for group in engine.generate(prompts, sampling)]
+            if args.gather_bucket:
+                from test_zero3 import measure_bucketed_gather
+
+                result["gather"] = measure_bucketed_gather(module.policy, args.gather_bucket, weights)
         if rank == 0:
             result["weights"] = weights
             result["grads"] = record.grads
@@ -210,6 +224,7 @@ def main() -> None:
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--max-grad-norm", type=float, default=None)
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--gather-bucket", type=int, default=0, help="zero3: also measure the bucketed gather")
     _worker(parser.parse_args())
 
 
@@ -221,7 +236,16 @@ def worker_env() -> dict[str, str]:
     return env
 
 
-def launch(strategy: str, out: Path, model: str, modes=MODES, max_grad_norm: float | None = None, gradient_checkpointing: bool = False, timeout: int = 300) -> None:
+def launch(
+    strategy: str,
+    out: Path,
+    model: str,
+    modes=MODES,
+    max_grad_norm: float | None = None,
+    gradient_checkpointing: bool = False,
+    gather_bucket: int = 0,
+    timeout: int = 300,
+) -> None:
     """Run the worker in 1 process (``single``) or 2 gloo processes under torchrun."""
     cmd = [sys.executable]
     if strategy != "single":
@@ -231,6 +255,8 @@ def launch(strategy: str, out: Path, model: str, modes=MODES, max_grad_norm: flo
         cmd += ["--max-grad-norm", str(max_grad_norm)]
     if gradient_checkpointing:
         cmd += ["--gradient-checkpointing"]
+    if gather_bucket:
+        cmd += ["--gather-bucket", str(gather_bucket)]
     proc = subprocess.run(cmd, env=worker_env(), cwd=REPO, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
@@ -297,9 +323,12 @@ def assert_same_as_single(multi: list[dict], single: list[dict], w0: dict[str, t
 
 @pytest.fixture(scope="session")
 def single_results(tmp_path_factory, tiny_model_path):
-    """The 1-process reference on the global batch, for every aggregation mode (shared with test_zero3)."""
-    out = tmp_path_factory.mktemp("single")
-    launch("single", out, tiny_model_path)
+    """The 1-process reference on the global batch, for every aggregation mode. Computed once per
+    session (test_zero3 imports this fixture; the marker file makes its second definition reuse it)."""
+    out = tmp_path_factory.getbasetemp() / "single_reference"
+    if not (out / "done").exists():
+        launch("single", out, tiny_model_path)
+        (out / "done").write_text("ok")
     return out
 
 

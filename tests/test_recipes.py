@@ -89,7 +89,7 @@ RECIPES = {
 def test_recipe_runs_two_steps(recipe, tmp_path, tiny_model_path):
     (clip_low, clip_high, aggregation), tags = RECIPES[recipe]
     scalars = fit(tmp_path, recipe)
-    for tag in ["loss/policy", "clip/total", "rollout/reward_mean", *tags]:
+    for tag in ["loss/policy", "clip/total", "reward/mean", *tags]:
         assert len(scalars.get(tag, [])) == 2, f"{recipe}: {tag} logged {len(scalars.get(tag, []))} times, expected 2"
     assert len(Recorder.seen) == 2
     cfg = Recorder.seen[0]["config"]
@@ -98,6 +98,8 @@ def test_recipe_runs_two_steps(recipe, tmp_path, tiny_model_path):
         # Dynamic sampling: no all-correct / all-wrong group reaches the update (and some were dropped).
         assert all(all(step["mixed"]) for step in Recorder.seen)
         assert any(step["dropped"] for step in Recorder.seen)
+        assert all(step["responses"] == 16 for step in Recorder.seen)  # refilled to 4 prompts x 4
+        assert any(v >= 1 for _, v in scalars["rollout/refill_rounds"])
     if recipe == "ppo_baseline":
         assert all(torch.equal(step["advantages"], step["rewards"]) for step in Recorder.seen)  # A = r
     if recipe == "grpo":
@@ -105,7 +107,7 @@ def test_recipe_runs_two_steps(recipe, tmp_path, tiny_model_path):
 
 
 def test_diagnostics_through_the_cli(tmp_path, tiny_model_path):
-    scalars = fit(tmp_path, "lite_ppo", "--trainer.callbacks+=lite_ppo.callbacks.Diagnostics")
+    scalars = fit(tmp_path, "lite_ppo")
     for tag in [
         "reward/mean", "reward/accuracy", "groups/mixed", "response/length_mean", "response/truncation_rate",
         "response/repetition_rate_truncated", "update/length_advantage_corr", "clip/upper_given_pos",

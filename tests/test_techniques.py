@@ -402,7 +402,7 @@ def test_kl_reference_is_the_initial_policy(tiny_model_path):
     assert kl.reference is not None and not any(p.requires_grad for p in kl.reference.parameters())
     # At the start the reference equals the policy: same log-probs (temperature included), KL 0.
     policy_logp = module.sequence_logprobs(batch)
-    torch.testing.assert_close(kl.reference_logprobs(batch), policy_logp, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(kl.reference_logprobs(module, batch), policy_logp, atol=1e-5, rtol=1e-5)
     # Perturb the policy: the term is coef * k3 of the two log-probs, with a gradient to the policy.
     with torch.no_grad():
         for param in module.policy.parameters():

@@ -1,5 +1,5 @@
 """A technique that is not in the package, in a user's own file, enabled by class_path through the
-CLI, logging its own scalars to TensorBoard (docs/writing_a_technique.md)."""
+CLI, logging its own scalars to TensorBoard (CONTRIBUTING.md, "Write a new technique as a callback")."""
 
 from __future__ import annotations
 

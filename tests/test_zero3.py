@@ -10,13 +10,11 @@
   parameters gathered (measured independently: bytes of parameters whose full data is present).
 
 This file is also the launcher script for the CLI run (``torchrun ... tests/test_zero3.py fit ...``
-calls ``lite_ppo.cli.main``) and for the gather check (``... tests/test_zero3.py gather OUT``).
+calls ``lite_ppo.cli.main``).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,11 +50,87 @@ def torchrun(args: list[str], timeout: int = 400) -> subprocess.CompletedProcess
 
 
 # ------------------------------------------------------------------------------- exact semantics
-def test_zero3_equals_one_process(tmp_path, tiny_model_path, single_results):
-    """Token-level aggregation, 2 ZeRO-3 ranks with activation checkpointing vs 1 process."""
-    launch("zero3", tmp_path, tiny_model_path, modes=["token-mean"], gradient_checkpointing=True)
-    measured = assert_same_as_single(load_results(tmp_path, "token-mean"), load_results(single_results, "token-mean"), initial_weights(tiny_model_path))
+# bytes; the tiny model (fp32) has a 292 kB tied embedding (gathered alone: larger than the bucket),
+# 128 kB MLP matrices, 64/32 kB attention matrices and 0.5 kB norms, so buckets group several tensors.
+BUCKET = 150_000
+
+
+@pytest.fixture(scope="module")
+def zero3_run(tmp_path_factory, tiny_model_path) -> Path:
+    """One 2-rank ZeRO-3 run (activation checkpointing on) of the fixed global batch; afterwards the
+    worker also generates with the HF engine and measures the bucketed gather (BUCKET)."""
+    out = tmp_path_factory.mktemp("zero3")
+    launch("zero3", out, tiny_model_path, modes=["token-mean"], gradient_checkpointing=True, gather_bucket=BUCKET)
+    return out
+
+
+def test_zero3_equals_one_process(zero3_run, tiny_model_path, single_results):
+    """Token-level aggregation: 2 ZeRO-3 ranks (partitioned parameters, gradients accumulated over
+    micro-batches inside DeepSpeed, DeepSpeed's grad norm) vs 1 process, same tolerances as DDP."""
+    results = load_results(zero3_run, "token-mean")
+    measured = assert_same_as_single(results, load_results(single_results, "token-mean"), initial_weights(tiny_model_path))
     print({k: f"{v:.3g}" for k, v in measured.items() if not k.startswith("stat:")})
+
+
+def test_hf_engine_generates_on_partitioned_policy(zero3_run):
+    """Greedy generation on ZeRO-3 parameters with ranks stopping at different lengths (3 vs 9 new
+    tokens): every forward all-gathers from all ranks, so this completes only with synced_gpus."""
+    lengths = [r["engine_lengths"] for r in load_results(zero3_run, "token-mean")]
+    assert max(lengths[0]) <= 3 and max(lengths[1]) > 3, lengths
+
+
+def test_bucketed_gather_bound(zero3_run):
+    for r in load_results(zero3_run, "token-mean"):
+        g = r["gather"]
+        assert g["present_before"] == 0 and g["present_after"] == 0  # all partitioned outside the gather
+        assert sorted(g["names"]) == sorted(g["state_dict_keys"]) and len(set(g["names"])) == len(g["names"])
+        # never more than BUCKET bytes of full parameters at once, except a single tensor larger than it
+        assert g["max_present_bytes"] <= max(BUCKET, g["largest_tensor_bytes"])
+        assert g["max_present_bytes_multi"] <= BUCKET
+        assert g["oversize"] == ["model.embed_tokens.weight"]  # the tied embedding, gathered once
+        assert g["buckets"] < g["unique_tensors"]  # buckets do group tensors
+        assert g["equal_to_full"]  # same tensors as a whole-model gather
+
+
+def measure_bucketed_gather(policy: torch.nn.Module, bucket: int, full: dict[str, torch.Tensor]) -> dict:
+    """Iterate the bucketed gather of a ZeRO-3 partitioned ``policy`` (collective: every rank) and
+    measure, after every yielded tensor, the bytes of parameters whose full data is present on this
+    rank (independently of the helper's own accounting). ``full``: the same weights gathered whole."""
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    from lite_ppo.strategies import GatherStats, iter_gathered_state
+
+    params = list({id(p): p for p in policy.parameters()}.values())
+    assert all(hasattr(p, "ds_id") for p in params)
+
+    def present_bytes() -> int:
+        return sum(p.ds_numel * p.element_size() for p in params if p.ds_status == ZeroParamStatus.AVAILABLE)
+
+    before = present_bytes()
+    stats = GatherStats()
+    peak = peak_multi = 0
+    names, equal = [], True
+    for name, tensor in iter_gathered_state(policy, bucket_bytes=bucket, stats=stats):
+        now = present_bytes()
+        peak = max(peak, now)
+        if tensor.numel() * tensor.element_size() <= bucket:
+            peak_multi = max(peak_multi, now)
+        names.append(name)
+        equal &= torch.equal(tensor.float(), full[name])
+    return {
+        "names": names,
+        "state_dict_keys": list(policy.state_dict().keys()),
+        "present_before": before,
+        "present_after": present_bytes(),
+        "max_present_bytes": peak,
+        "max_present_bytes_multi": peak_multi,
+        "largest_tensor_bytes": max(p.ds_numel * p.element_size() for p in params),
+        "buckets": stats.buckets,
+        "unique_tensors": len(params),
+        "oversize": stats.oversize,
+        "max_bucket_bytes": stats.max_bucket_bytes,
+        "equal_to_full": bool(equal),
+    }
 
 
 # ------------------------------------------------------------------------------- the CLI
@@ -91,7 +165,7 @@ def test_cli_fit_resume_export(tmp_path, tiny_model_path):
         )
     )
     scalars = read_scalars(tmp_path / "tb" / "lite_ppo" / "run")
-    for tag in ("rollout/reward_mean", "loss/policy", "train/grad_norm", "train/lr", "time/generation_s"):
+    for tag in ("reward/mean", "loss/policy", "train/grad_norm", "train/lr", "time/generation_s"):
         assert len(scalars.get(tag, [])) == 3, f"{tag}: {scalars.get(tag)}"
     assert all(v > 0 and v == v for _, v in scalars["train/grad_norm"]), scalars["train/grad_norm"]
     # sharded ZeRO-3 checkpoints: a folder per checkpoint with one model/optimizer shard per rank
@@ -100,17 +174,38 @@ def test_cli_fit_resume_export(tmp_path, tiny_model_path):
     shards = sorted(p.name for p in (ckpts[-1] / "checkpoint").iterdir())
     assert sum("optim_states" in s for s in shards) == 2, shards
 
-    # resume from step 2 (after the first training step): the two remaining steps run
-    torchrun(_fit_args(tmp_path, "resumed", "--trainer.callbacks+=test_distributed.FirstTokenParityReward", f"--ckpt_path={ckpts[0]}"))
+    # resume from step 4 (after the second training step): the last step runs again, and since
+    # rollout seeds depend only on (step, rank) it reproduces the first run's last step exactly
+    # when weights, AdamW states, LR schedule and data position were all restored from the shards.
+    resumed_dir = tmp_path / "ckpt_resumed"
+    torchrun(
+        _fit_args(
+            tmp_path,
+            "resumed",
+            "--trainer.callbacks+=test_distributed.FirstTokenParityReward",
+            "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+            f"--trainer.callbacks.dirpath={resumed_dir}",
+            "--trainer.callbacks.every_n_train_steps=2",
+            "--trainer.callbacks.save_top_k=-1",
+            "--model.gradient_checkpointing=true",
+            f"--ckpt_path={ckpts[1]}",
+        )
+    )
     resumed = read_scalars(tmp_path / "tb" / "lite_ppo" / "resumed")
-    assert len(resumed["rollout/reward_mean"]) == 2
-    assert sorted(s for s, _ in resumed["loss/policy"]) == [s for s, _ in scalars["loss/policy"]][1:]
+    assert len(resumed["reward/mean"]) == 1
+    assert [s for s, _ in resumed["loss/policy"]] == [s for s, _ in scalars["loss/policy"]][2:]
+    assert [p.name for p in resumed_dir.glob("*step=*.ckpt")] == ["epoch=0-step=6.ckpt"]
+
+    from lite_ppo.export import fp32_policy_state_dict
+
+    final, final_resumed = fp32_policy_state_dict(ckpts[-1]), fp32_policy_state_dict(resumed_dir / "epoch=0-step=6.ckpt")
+    for k in final:
+        torch.testing.assert_close(final_resumed[k], final[k], rtol=0, atol=1e-6)
 
     # export the last checkpoint of the first run and load it in transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from lite_ppo.cli import main as cli_main
-    from lite_ppo.export import fp32_policy_state_dict
 
     out = tmp_path / "hf"
     with pytest.raises(SystemExit) as done:
@@ -120,7 +215,7 @@ def test_cli_fit_resume_export(tmp_path, tiny_model_path):
     tok = AutoTokenizer.from_pretrained(out)
     # the exported weights are the trained ones: they moved from the initial model and equal the shards
     w0 = initial_weights(tiny_model_path)
-    trained = fp32_policy_state_dict(ckpts[-1])
+    trained = final
     state = model.state_dict()
     assert any(not torch.equal(state[k], w0[k]) for k in w0)
     for k, v in trained.items():
@@ -130,79 +225,8 @@ def test_cli_fit_resume_export(tmp_path, tiny_model_path):
     assert gen.shape[1] > ids["input_ids"].shape[1]
 
 
-# ------------------------------------------------------------------------------- bucketed gather
-BUCKET = 40_000  # bytes; the tiny model's largest tensor (the tied embedding) is ~292 kB, its layers 8-131 kB
-
-
-def test_bucketed_gather_bound(tmp_path, tiny_model_path):
-    torchrun(["gather", str(tmp_path), tiny_model_path], timeout=300)
-    result = json.loads((tmp_path / "gather.json").read_text())
-    assert result["tensors"] == result["state_dict_keys"]
-    assert result["max_present_bytes"] <= max(BUCKET, result["largest_tensor_bytes"])
-    # buckets that are not a single oversize tensor hold at most BUCKET bytes
-    assert result["max_present_bytes_multi"] <= BUCKET
-    assert result["max_equal_to_full"]  # the gathered tensors equal the unpartitioned model
-    assert result["partitioned_after"]  # and everything is partitioned again afterwards
-
-
-def _gather_check(out: Path, model_path: str) -> None:
-    """Under 2 ranks: partition the tiny model with ZeRO-3 and iterate the bucketed gather, measuring
-    after every yielded tensor the bytes of parameters whose full data is present on this rank."""
-    skip_deepspeed_shm_op()
-    import deepspeed
-    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from lite_ppo.strategies import GatherStats, iter_gathered_state
-
-    deepspeed.init_distributed("gloo")
-    reference = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).state_dict()
-    config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}
-    with deepspeed.zero.Init(config_dict_or_path=config):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path), dtype=torch.float32)
-    with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=0):
-        if torch.distributed.get_rank() == 0:
-            model.load_state_dict(reference, strict=False)
-    params = list({id(p): p for p in model.parameters()}.values())
-
-    def present_bytes() -> int:
-        return sum(p.ds_numel * p.element_size() for p in params if p.ds_status == ZeroParamStatus.AVAILABLE)
-
-    assert present_bytes() == 0
-    stats = GatherStats()
-    largest = max(p.ds_numel * p.element_size() for p in params)
-    peak = peak_multi = 0
-    names, equal = [], True
-    for name, tensor in iter_gathered_state(model, bucket_bytes=BUCKET, stats=stats):
-        now = present_bytes()
-        peak = max(peak, now)
-        if tensor.numel() * tensor.element_size() <= BUCKET:
-            peak_multi = max(peak_multi, now)
-        names.append(name)
-        equal &= torch.equal(tensor, reference[name])
-    if torch.distributed.get_rank() == 0:
-        (out / "gather.json").write_text(
-            json.dumps(
-                {
-                    "tensors": names,
-                    "state_dict_keys": list(model.state_dict().keys()),
-                    "max_present_bytes": peak,
-                    "max_present_bytes_multi": peak_multi,
-                    "largest_tensor_bytes": largest,
-                    "buckets": stats.buckets,
-                    "max_bucket_bytes": stats.max_bucket_bytes,
-                    "max_equal_to_full": bool(equal),
-                    "partitioned_after": present_bytes() == 0,
-                }
-            )
-        )
-
-
 if __name__ == "__main__":
-    if sys.argv[1] == "gather":
-        _gather_check(Path(sys.argv[2]), sys.argv[3])
-    else:
-        skip_deepspeed_shm_op()
-        from lite_ppo.cli import main
+    skip_deepspeed_shm_op()
+    from lite_ppo.cli import main
 
-        main(sys.argv[1:])
+    main(sys.argv[1:])

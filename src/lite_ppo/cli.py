@@ -14,6 +14,7 @@ import sys
 
 from lightning.pytorch.cli import LightningCLI
 
+from lite_ppo.callbacks.diagnostics import Diagnostics
 from lite_ppo.callbacks.rollout import Rollout
 from lite_ppo.data.datamodule import MathDataModule
 from lite_ppo.module import LitePPO
@@ -26,20 +27,23 @@ TRAINER_DEFAULTS = {
 
 
 class LitePPOCLI(LightningCLI):
-    """LightningCLI with the rollout callback as a first-class ``rollout:`` section.
+    """LightningCLI with the rollout and diagnostics callbacks as first-class sections.
 
-    ``rollout:`` is instantiated and appended to the trainer's callbacks, so model and hardware
-    configs can override one field of it (``rollout.sampling.max_new_tokens``) without restating the
-    callback list; techniques go under ``trainer.callbacks`` in recipe order.
+    ``rollout:`` and ``diagnostics:`` are instantiated and appended to the trainer's callbacks (after
+    the recipe's techniques), so model and hardware configs can override one field of them
+    (``rollout.sampling.max_new_tokens``) without restating the callback list; techniques go under
+    ``trainer.callbacks`` in recipe order. Diagnostics are always on.
     """
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(Rollout, "rollout")
+        parser.add_lightning_class_args(Diagnostics, "diagnostics")
 
 
 PROJECT_COMMANDS = {
     "prepare-model": "build or convert a builtin model into the local cache and print its folder",
     "evaluate": "evaluate a model folder, builtin or .ckpt on math benchmarks (metrics.json, metrics.md, responses.jsonl)",
+    "export-hf": "write a Hugging Face folder (save_pretrained + tokenizer) from a checkpoint, DeepSpeed ZeRO shards included",
 }
 
 
@@ -48,6 +52,10 @@ def _project_command(argv: list[str], name: str = "prepare-model") -> int:
         from lite_ppo.evaluation.command import main as evaluate
 
         return evaluate(argv)
+    if name == "export-hf":
+        from lite_ppo.export import main as export_hf
+
+        return export_hf(argv)
     parser = argparse.ArgumentParser(prog="lite-ppo prepare-model", description=PROJECT_COMMANDS["prepare-model"])
     parser.add_argument("name", help="builtin:tiny or builtin:smollm2-135m-instruct")
     args = parser.parse_args(argv)

@@ -168,12 +168,16 @@ class LitePPO(LightningModule):
             raise ValueError(f"the rollout batch has {num_responses} responses, not divisible by num_mini_batches={m}")
         return [torch.arange(j, num_responses, m) for j in range(m)]
 
-    def forward_logits(self, batch: RolloutBatch) -> torch.Tensor:
-        """Logits [b, R, V] predicting each response token, divided by the sampling temperature."""
+    def forward_logits(self, batch: RolloutBatch, model: torch.nn.Module | None = None) -> torch.Tensor:
+        """Logits [b, R, V] predicting each response token, divided by the sampling temperature.
+
+        ``model`` defaults to the policy; techniques pass another one (a KL reference) so that both
+        see exactly the same positions and temperature.
+        """
         width = batch.response_mask.shape[1]
         # Left-padded prompts: positions count real tokens only, as generate() did.
         position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids, use_cache=False, logits_to_keep=width + 1)
+        out = (model or self.policy)(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids, use_cache=False, logits_to_keep=width + 1)
         return out.logits[:, :-1].float() / batch.temperature
 
     @torch.no_grad()

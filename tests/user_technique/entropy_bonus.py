@@ -1,5 +1,5 @@
 """An entropy bonus as a user's own technique: it lives in the user's file, outside the lite_ppo
-package, and is enabled by ``class_path`` in YAML (docs/writing_a_technique.md walks through it)."""
+package, and is enabled by ``class_path`` in YAML (CONTRIBUTING.md, "Write a new technique as a callback" walks through it)."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--temperature", type=float, default=None, help="sampling temperature; 0 = greedy (default 0)")
     parser.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default 1.0)")
     parser.add_argument("--top-k", type=int, default=None, help="top-k sampling, <= 0 disables (default 0)")
-    parser.add_argument("--max-new-tokens", type=int, default=None, help=f"response token limit (default: the config's eval_sampling, else {DEFAULT_MAX_NEW_TOKENS})")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help=f"response token limit (default: the config's rollout.eval_sampling, else its rollout.sampling, else {DEFAULT_MAX_NEW_TOKENS})")
     parser.add_argument("--pass-k", type=int, nargs="+", default=None, help="k of the reported pass@k (default: powers of two up to n, and n)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N problems of each benchmark")
     parser.add_argument("--batch-size", type=int, default=None, help="problems per generation call (default 16 for hf, 256 for vllm)")

