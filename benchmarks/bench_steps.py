@@ -47,7 +47,6 @@ def run(configs: list[str], steps: int, extra: list[str]) -> None:
             "--trainer.max_epochs=1",
             "--trainer.limit_val_batches=0",
             "--trainer.num_sanity_val_steps=0",
-            "--trainer.enable_checkpointing=false",
             *extra,
         ]
         main(args)

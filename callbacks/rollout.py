@@ -125,12 +125,16 @@ class Rollout(Callback):
         self._engine_ready = False
 
     # -- the work ----------------------------------------------------------------------------------
+    def prepare(self, module) -> None:
+        """Start the engine (once; vLLM takes seconds to a minute). Called lazily by ``make_rollout``."""
+        if not self._engine_ready:
+            self.engine.setup(module.policy, module.tokenizer, module.model_path)
+            self._engine_ready = True
+
     def make_rollout(self, module, problems: list, sampling: SamplingConfig, seed: int) -> tuple[RolloutBatch, dict[str, float]]:
         """Generate ``sampling.n`` responses for each problem and score them."""
         tokenizer = module.tokenizer
-        if not self._engine_ready:
-            self.engine.setup(module.policy, tokenizer, module.model_path)
-            self._engine_ready = True
+        self.prepare(module)
         timings: dict[str, float] = {}
         if not self.engine.shares_policy_weights and self._synced_version != module.policy_version:
             start = time.perf_counter()

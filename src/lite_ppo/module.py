@@ -150,10 +150,10 @@ class LitePPO(LightningModule):
         self.log_dict({k: v.float() if isinstance(v, torch.Tensor) else v for k, v in stats.items()}, on_step=True, on_epoch=False, batch_size=rollout.num_responses)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        rollout: RolloutBatch | None = batch.get("rollout")
-        if rollout is None:
+        """Nothing to compute here: the ``Rollout`` callback generates and scores the validation
+        batch (``batch["rollout"]``) and the ``Evaluation`` callback turns it into metrics."""
+        if batch.get("rollout") is None:
             raise RuntimeError("the validation batch carries no rollout: add `lite_ppo.callbacks.Rollout` under trainer.callbacks")
-        self.log("val/accuracy", rollout.rewards.float().mean(), on_epoch=True, batch_size=rollout.num_responses, sync_dist=True)
 
     # -- pieces --------------------------------------------------------------------------------------
     def mini_batches(self, num_responses: int) -> list[torch.Tensor]:

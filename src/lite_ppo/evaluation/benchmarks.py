@@ -135,8 +135,9 @@ def load_benchmark_config(source: str | os.PathLike[str] | Sequence[Any] | None)
 
     Args:
         source: ``None`` (the registry), a YAML file (``{data_dir?, benchmarks: [...]}`` or a bare
-            list), a comma-separated list of registry names (``"math500,gsm8k"``), or a list of
-            mappings / registry names.
+            list), a comma-separated list of registry names (``"math500,gsm8k"``), a list of
+            mappings / registry names, or an empty list (no benchmarks: only the held-out split of
+            the training tiers is evaluated, which needs no files).
 
     Example:
         >>> [s.name for s in load_benchmark_config("aime24,amc23")[0]]
@@ -144,6 +145,8 @@ def load_benchmark_config(source: str | os.PathLike[str] | Sequence[Any] | None)
     """
     if source is None:
         return list(DEFAULT_BENCHMARKS), None
+    if isinstance(source, Sequence) and not isinstance(source, (str, bytes)) and len(source) == 0:
+        return [], None
     if isinstance(source, (str, os.PathLike)):
         path = Path(os.path.expanduser(str(source)))
         if path.suffix.lower() in (".yaml", ".yml") or path.exists():

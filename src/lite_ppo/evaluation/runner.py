@@ -99,9 +99,7 @@ def evaluate_problems(
     total = sum(len(p) for _, p in benchmarks)
     # Start the engine now, so its start-up (vLLM: ~10-60 s) is not charged to the first benchmark.
     start = time.perf_counter()
-    if not getattr(rollout, "_engine_ready", False):
-        rollout.engine.setup(module.policy, module.tokenizer, module.model_path)
-        rollout._engine_ready = True  # what Rollout.make_rollout would set after its own lazy setup
+    rollout.prepare(module)
     timing: dict[str, dict[str, float]] = {"engine_setup": {"wall_time_s": time.perf_counter() - start}}
     bar = tqdm(total=total, unit="problem", desc="evaluate", disable=not progress, dynamic_ncols=True)
     try:

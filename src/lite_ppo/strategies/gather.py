@@ -12,12 +12,22 @@ ZeRO-3 exists to avoid, so :func:`iter_gathered_state` gathers buckets of at mos
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["GatherStats", "iter_gathered_state", "plan_buckets", "full_numel"]
+__all__ = ["GatherStats", "full_numel", "iter_gathered_state", "plan_buckets", "transformer_block"]
+
+
+_BLOCK = re.compile(r"^(.*?\.layers\.\d+)\.")
+
+
+def transformer_block(name: str) -> str:
+    """Group key for ``group_by``: the transformer block of a parameter name, else the name itself."""
+    match = _BLOCK.match(name)
+    return match.group(1) if match else name
 
 
 def full_numel(tensor: torch.Tensor) -> int:
@@ -40,26 +50,40 @@ class GatherStats:
     oversize: list[str] = field(default_factory=list)  # tensors larger than the bucket, gathered alone
 
 
-def plan_buckets(state: list[tuple[str, torch.Tensor]], bucket_bytes: int) -> list[list[tuple[str, torch.Tensor]]]:
+def plan_buckets(
+    state: list[tuple[str, torch.Tensor]], bucket_bytes: int, group_by: Callable[[str], str] | None = None
+) -> list[list[tuple[str, torch.Tensor]]]:
     """Split ``(name, tensor)`` pairs, in order, into buckets of at most ``bucket_bytes`` distinct bytes.
 
-    A tensor that appears under several names (tied embeddings) counts once. A single tensor larger
-    than ``bucket_bytes`` gets a bucket of its own (its size is then the bound).
+    A tensor that appears under several names (tied embeddings) counts once. ``group_by`` maps a
+    name to a group key; consecutive names of one group are never split across buckets (e.g. the
+    tensors of one transformer block, which vLLM fuses). A single tensor (or group) larger than
+    ``bucket_bytes`` gets a bucket of its own (its size is then the bound).
     """
     if bucket_bytes <= 0:
         raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes}")
+    groups: list[list[tuple[str, torch.Tensor]]] = []
+    last_key = object()
+    for name, tensor in state:
+        key = group_by(name) if group_by is not None else name
+        if groups and key == last_key:
+            groups[-1].append((name, tensor))
+        else:
+            groups.append([(name, tensor)])
+        last_key = key
     buckets: list[list[tuple[str, torch.Tensor]]] = []
     bucket: list[tuple[str, torch.Tensor]] = []
     seen: set[int] = set()
     size = 0
-    for name, tensor in state:
-        extra = 0 if id(tensor) in seen else _full_bytes(tensor)
+    for group in groups:
+        new = {id(t): _full_bytes(t) for _, t in group if id(t) not in seen}
+        extra = sum(new.values())
         if bucket and extra and size + extra > bucket_bytes:
             buckets.append(bucket)
             bucket, size, seen = [], 0, set()
-            extra = _full_bytes(tensor)
-        bucket.append((name, tensor))
-        seen.add(id(tensor))
+            extra = sum({id(t): _full_bytes(t) for _, t in group}.values())
+        bucket.extend(group)
+        seen.update(id(t) for _, t in group)
         size += extra
     if bucket:
         buckets.append(bucket)
@@ -84,6 +108,7 @@ def iter_gathered_state(
     bucket_bytes: int = 256 * 2**20,
     copy: bool = False,
     stats: GatherStats | None = None,
+    group_by: Callable[[str], str] | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(name, full tensor)`` for every ``state_dict`` entry of ``module``, gathering ZeRO-3
     partitioned parameters one bucket of at most ``bucket_bytes`` at a time (tied names right after
@@ -98,6 +123,8 @@ def iter_gathered_state(
             until the next item is requested (the bucket is re-partitioned when the iteration moves
             past it); consume it at once (copy it into the engine). ``True``: yield detached clones.
         stats: optional :class:`GatherStats` to fill.
+        group_by: name -> group key; a group (consecutive names) is never split across buckets,
+            e.g. :func:`transformer_block` (``model.layers.3.mlp.up_proj.weight`` -> ``model.layers.3``).
 
     Without ZeRO-3 (plain or DDP models) it yields the detached tensors and gathers nothing.
 
@@ -115,7 +142,7 @@ def iter_gathered_state(
 
     from deepspeed.runtime.zero.partition_parameters import GatheredParameters
 
-    for bucket in plan_buckets(items, bucket_bytes):
+    for bucket in plan_buckets(items, bucket_bytes, group_by):
         unique: dict[int, torch.Tensor] = {}
         for _, tensor in bucket:
             unique.setdefault(id(tensor), tensor)
@@ -125,7 +152,7 @@ def iter_gathered_state(
             stats.buckets += 1
             stats.total_bytes += nbytes
             stats.max_bucket_bytes = max(stats.max_bucket_bytes, nbytes)
-            if len(unique) == 1 and nbytes > bucket_bytes:
+            if nbytes > bucket_bytes:
                 stats.oversize.append(bucket[0][0])
         # modifier_rank=None: read-only, nothing is broadcast back when the block ends.
         with GatheredParameters(partitioned, modifier_rank=None):
