@@ -115,7 +115,8 @@ class Evaluation(Callback):
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.benchmarks is None:
             # Read every file now, so a missing or malformed one fails before any training.
-            self.benchmarks = load_benchmarks(self.specs, resolve_data_dir(None, self.data_dir))
+            # No benchmarks (only the held-out training tiers): no data folder is needed.
+            self.benchmarks = load_benchmarks(self.specs, resolve_data_dir(None, self.data_dir)) if self.specs else []
         rollout = next((cb for cb in trainer.callbacks if isinstance(cb, Rollout)), None)
         if rollout is None:
             raise ValueError("Evaluation needs the lite_ppo.callbacks.Rollout callback (it generates the validation responses)")

@@ -15,7 +15,7 @@ from lite_ppo.hooks import techniques_of
 from lite_ppo.rewards import STATUSES, MathVerifyReward
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig
-from lite_ppo.rollout.hf import HFEngine
+from lite_ppo.rollout.default import default_engine
 
 
 class Rollout(Callback):
@@ -29,7 +29,8 @@ class Rollout(Callback):
     ``eval_sampling`` (greedy by default) and no techniques.
 
     Args:
-        engine: the rollout engine (``HFEngine`` portable default, ``VLLMEngine`` fast).
+        engine: the rollout engine: ``VLLMEngine`` (fast) or ``HFEngine`` (portable). Default:
+            vLLM when installed, else HF (see ``lite_ppo.rollout.default``).
         sampling: training sampling (paper: n=8, temperature 0.99, top_p 0.99, top_k 100).
         eval_sampling: validation sampling (greedy, one sample by default).
         reward: the verifiable reward (the same object scores evaluation).
@@ -60,7 +61,7 @@ class Rollout(Callback):
         seed: int = 42,
         max_refill_rounds: int = 0,
     ) -> None:
-        self.engine = engine if engine is not None else HFEngine()
+        self.engine = engine if engine is not None else default_engine()
         self.sampling = sampling if sampling is not None else SamplingConfig()
         self.eval_sampling = eval_sampling if eval_sampling is not None else SamplingConfig(n=1, greedy=True, max_new_tokens=self.sampling.max_new_tokens)
         self.reward = reward if reward is not None else MathVerifyReward()

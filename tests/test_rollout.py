@@ -91,3 +91,14 @@ def test_trainer_logprobs_equal_the_sampling_distribution(module):
         n = len(g[0].token_ids)
         torch.testing.assert_close(got[i, :n], reference[i, :n], atol=1e-4, rtol=1e-4)
         assert torch.all(got[i, n:] == 0)
+
+
+def test_greedy_with_several_samples_copies_the_single_greedy_answer(module):
+    engine = HFEngine(batch_size=4)
+    engine.setup(module.policy, module.tokenizer, module.model_path)
+    prompts = _prompts(module, ["What is 1 + 2?", "Hi"])
+    one = engine.generate(prompts, SamplingConfig(n=1, greedy=True, max_new_tokens=5))
+    three = engine.generate(prompts, SamplingConfig(n=3, greedy=True, max_new_tokens=5))
+    for single, group in zip(one, three):
+        assert len(group) == 3
+        assert all(g.token_ids == single[0].token_ids and g.finished == single[0].finished for g in group)

@@ -76,10 +76,12 @@ class OrderedSampler(DistributedSampler):
         self.length, self.start = len(dataset), start
 
     def __iter__(self) -> Iterator[int]:
-        # Read the position now, not lazily, so it reflects everything consumed before this epoch.
+        # A generator: the position is read at the first next(), not when iter() is called. Under
+        # DeepSpeed, Lightning builds the iterator (estimated_stepping_batches) before it restores
+        # the checkpoint, and an eager read would restart a resumed run at batch 0.
         first = self.start()
         epoch_end = (first // self.length + 1) * self.length
-        return iter(range(first, epoch_end))
+        yield from range(first, epoch_end)
 
     def __len__(self) -> int:
         return self.length

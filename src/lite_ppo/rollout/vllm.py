@@ -387,6 +387,11 @@ class VLLMEngine(RolloutEngine):
         if self._llm is None:
             return
         llm, self._llm = self._llm, None
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            # vLLM's shutdown destroys the default process group, which under DDP / ZeRO-3 is the
+            # training group: only drop the reference and let the process exit clean up.
+            del llm
+            return
         try:
             llm.llm_engine.engine_core.shutdown()
         except Exception:  # best effort: vLLM versions differ in what they expose

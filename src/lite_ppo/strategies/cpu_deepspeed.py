@@ -37,20 +37,21 @@ class CPUDeepSpeedStrategy(DeepSpeedStrategy):
           devices: 2
           strategy:
             class_path: lite_ppo.strategies.CPUDeepSpeedStrategy
-            init_args: {stage: 3}
+            init_args: {stage: 3, logging_batch_size_per_gpu: 1}
 
     or ``Trainer(strategy="deepspeed_stage_3_cpu_test", accelerator="cpu", devices=2)`` once
-    ``lite_ppo.strategies`` is imported.
+    ``lite_ppo.strategies`` is imported. ``logging_batch_size_per_gpu`` (DeepSpeed's throughput-log
+    batch size) must be given: Lightning's automatic choice reads ``batch_sampler.batch_size`` of the
+    train loader, which the project's whole-batch loader does not have. The test preset also
+    partitions even small tensors (see the YAML).
     """
-
-    strategy_name = "deepspeed_cpu_test"
 
     def setup_environment(self) -> None:
         # DeepSpeedStrategy.setup_environment = "accelerator must be CUDA" + DDPStrategy.setup_environment.
         DDPStrategy.setup_environment(self)
 
     def setup_distributed(self) -> None:
-        # DeepSpeedStrategy.setup_distributed minus `_validate_device_index_selection`, the other half
+        # DeepSpeedStrategy.setup_distributed minus `_validate_device_index_selection`, the second part
         # of the CUDA restriction: it requires GPU indices equal to local ranks, and CPU devices have none.
         reset_seed()
         self.set_world_ranks()
@@ -83,7 +84,12 @@ class CPUDeepSpeedStrategy(DeepSpeedStrategy):
     @classmethod
     def register_strategies(cls, strategy_registry: StrategyRegistry) -> None:  # type: ignore[override]
         strategy_registry.register(
-            "deepspeed_stage_3_cpu_test", cls, description="DeepSpeed ZeRO-3 on the CPU with gloo (tests only)", stage=3, override=True
+            "deepspeed_stage_3_cpu_test",
+            cls,
+            description="DeepSpeed ZeRO-3 on the CPU with gloo (tests only)",
+            stage=3,
+            logging_batch_size_per_gpu=1,
+            override=True,
         )
 
 
