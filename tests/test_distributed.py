@@ -57,8 +57,8 @@ GRAD_RTOL = 1e-5
 # entries of ~70k per matrix differ by up to 4e-3 of the largest update, all others by < 1e-4. So:
 # every entry within 2e-2 of the largest update, and at most 1e-3 of the entries beyond 1e-4 of it.
 DELTA_RTOL, DELTA_BULK_RTOL, DELTA_BULK_FRACTION = 2e-2, 1e-4, 1e-3
-# Statistics the module computes from this rank's rows only (diagnostics, not in the gradient).
-RANK_LOCAL_STATS = {"train/advantage_nonzero_rate"}
+# Statistics the module computes from this rank's rows only (none: every logged statistic is global).
+RANK_LOCAL_STATS: set[str] = set()
 
 
 # --------------------------------------------------------------------------------- the batch

@@ -144,7 +144,8 @@ class LitePPO(LightningModule):
         stats["time/old_logprobs_s"] = torch.tensor(old_logprob_s)
         stats["time/training_s"] = torch.tensor(train_s)
         stats["time/training_tokens_per_s"] = rollout.attention_mask.sum().float().cpu() / max(train_s, 1e-9)
-        stats["train/advantage_nonzero_rate"] = (rollout.advantages.abs() > 1e-8).float().mean()
+        nonzero = self._global_sum(torch.stack([(rollout.advantages.abs() > 1e-8).float().sum(), rollout.advantages.new_tensor(float(rollout.num_responses))]))
+        stats["train/advantage_nonzero_rate"] = nonzero[0] / nonzero[1].clamp(min=1)
         for technique in techniques:
             technique.on_update_end(self.trainer, self, rollout, stats)
         self.log_dict({k: v.float() if isinstance(v, torch.Tensor) else v for k, v in stats.items()}, on_step=True, on_epoch=False, batch_size=rollout.num_responses)
