@@ -7,8 +7,7 @@ from typing import Literal
 import torch
 
 from lite_ppo.hooks import Technique
-from lite_ppo.ops.advantages import SCOPES, normalized_advantages
-from lite_ppo.ops.weighted_advantages import weighted_mean_std, weighted_normalized_advantages
+from lite_ppo.ops.advantages import SCOPES, normalized_advantages, weighted_mean_std
 from lite_ppo.rollout.batch import RolloutBatch
 
 WEIGHTINGS = ("sample", "token")
@@ -31,7 +30,7 @@ class AdvantageNormalization(Technique):
             from the loss. A group whose responses are all excluded gets advantage 0 under a group scope.
         weighting: ``sample`` (every counted response weighs 1, the paper's definition) or ``token``
             (a response weighs its length in tokens: the statistics of the rewards as a token-level
-            loss sees them). See :mod:`lite_ppo.ops.weighted_advantages`.
+            loss sees them). See :func:`lite_ppo.ops.normalized_advantages`.
 
     Example (Lite PPO's mixed normalization)::
 
@@ -76,25 +75,12 @@ class AdvantageNormalization(Technique):
         return weights
 
     def compute_advantages(self, trainer, module, batch: RolloutBatch) -> torch.Tensor:
-        uses_batch = "batch" in (self.mean_scope, self.std_scope)
-        if self.count_truncated and self.weighting == "sample":
-            # The paper's definition: every response counts once.
-            batch_stats = _global_mean_std(module, batch.rewards.double()) if uses_batch else None
-            return normalized_advantages(
-                batch.rewards, batch.group_ids, self.mean_scope, self.std_scope, self.eps, batch_stats=batch_stats
-            )
         weights = self.statistics_weights(batch)
+        uses_batch = "batch" in (self.mean_scope, self.std_scope)
         batch_stats = _global_weighted_mean_std(module, batch.rewards.double(), weights) if uses_batch else None
-        return weighted_normalized_advantages(
-            batch.rewards, batch.group_ids, weights, self.mean_scope, self.std_scope, self.eps, batch_stats=batch_stats
+        return normalized_advantages(
+            batch.rewards, batch.group_ids, self.mean_scope, self.std_scope, self.eps, batch_stats=batch_stats, weights=weights
         )
-
-
-def _global_mean_std(module, rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and Bessel-corrected std of the rewards of every rank (one all-gather of [B] floats)."""
-    gathered = module.all_gather(rewards) if module.trainer.world_size > 1 else rewards
-    flat = gathered.reshape(-1)
-    return flat.mean(), flat.std() if flat.numel() > 1 else flat.new_zeros(())
 
 
 def _global_weighted_mean_std(module, rewards: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

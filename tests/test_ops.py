@@ -55,10 +55,10 @@ def test_lite_ppo_mixed_normalization_uses_passed_global_batch_stats():
     torch.testing.assert_close(got, torch.tensor([2 / 3, -1 / 3, -1 / 3, 1 / 3, 1 / 3, -2 / 3]) / 2)
 
 
-def test_stats_mask_excludes_responses_from_statistics_but_not_from_advantages():
+def test_zero_weight_excludes_a_response_from_statistics_but_not_from_advantages():
     # Exclude the last response of g1: g1's counted rewards are [1, 1] -> mean 1, std 0.
-    mask = torch.tensor([True, True, True, True, True, False])
-    got = normalized_advantages(REWARDS, GROUPS, "group", "none", stats_mask=mask)
+    weights = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0, 0.0])
+    got = normalized_advantages(REWARDS, GROUPS, "group", "none", weights=weights)
     torch.testing.assert_close(got, torch.tensor([2 / 3, -1 / 3, -1 / 3, 0.0, 0.0, -1.0]))
 
 

@@ -24,7 +24,7 @@ from lite_ppo.ops import aggregate_loss, clipped_surrogate, normalized_advantage
 from lite_ppo.ops.dynamic_sampling import mixed_group_mask
 from lite_ppo.ops.kl import kl_estimate
 from lite_ppo.ops.overlong import overlong_penalty
-from lite_ppo.ops.weighted_advantages import weighted_mean_std, weighted_normalized_advantages
+from lite_ppo.ops.advantages import weighted_mean_std
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.engine import SamplingConfig
 
@@ -271,31 +271,40 @@ def test_token_weighting_equals_sample_weighting_of_repeated_rewards(rows, mean_
     groups = torch.tensor([g for g, _, _ in rows])
     rewards = torch.tensor([r for _, r, _ in rows])
     lengths = torch.tensor([n for _, _, n in rows])
-    got = weighted_normalized_advantages(rewards, groups, lengths.double(), mean_scope, std_scope)
+    got = normalized_advantages(rewards, groups, mean_scope, std_scope, weights=lengths.double())
     expanded = normalized_advantages(rewards.repeat_interleave(lengths), groups.repeat_interleave(lengths), mean_scope, std_scope)
     first_token = torch.cumsum(lengths, 0) - lengths
     torch.testing.assert_close(got, expanded[first_token], rtol=1e-5, atol=1e-5)
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0.0, 1.0]), st.booleans()), min_size=2, max_size=10))
-def test_zero_one_weights_equal_the_stats_mask_of_normalized_advantages(rows):
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0.0, 0.5, 1.0]), st.booleans()), min_size=2, max_size=10))
+def test_zero_weight_equals_leaving_the_response_out_of_the_statistics(rows):
+    """A weight-0 response gets the advantage computed from the other responses' statistics alone:
+    the same as its reward normalized with the statistics of the batch without it."""
     groups = torch.tensor([g for g, _, _ in rows])
-    rewards = torch.tensor([r for _, r, _ in rows])
-    mask = torch.tensor([m for _, _, m in rows])
-    # Leave out groups with no counted response: the weighted version gives them 0 by definition.
-    counted_groups = {int(g) for g, m in zip(groups, mask) if m}
-    keep = torch.tensor([int(g) in counted_groups for g in groups])
+    rewards = torch.tensor([r for _, r, _ in rows], dtype=torch.float64)
+    counted = torch.tensor([c for _, _, c in rows])
+    if not counted.any():
+        return
     for mean_scope, std_scope in [("group", "batch"), ("group", "group"), ("batch", "batch"), ("group", "none")]:
-        if not mask.any():
-            continue
-        a = weighted_normalized_advantages(rewards, groups, mask.double(), mean_scope, std_scope)
-        b = normalized_advantages(rewards, groups, mean_scope, std_scope, stats_mask=mask)
-        torch.testing.assert_close(a[keep], b[keep])
-        if "group" in (mean_scope, std_scope):
-            assert bool((a[~keep] == 0).all())
-        else:
-            torch.testing.assert_close(a, b)
+        got = normalized_advantages(rewards, groups, mean_scope, std_scope, eps=0.0, weights=counted.double())
+        kept_r, kept_g = rewards[counted], groups[counted]
+        b_mean, b_std = kept_r.mean(), kept_r.std() if kept_r.numel() > 1 else torch.zeros((), dtype=torch.float64)
+        for i in range(len(rows)):
+            same = kept_g == groups[i]
+            if "group" in (mean_scope, std_scope) and not same.any():
+                assert got[i] == 0  # no counted response in its group: nothing to compare with
+                continue
+            g_r = kept_r[same]
+            g_mean = g_r.mean() if g_r.numel() else 0.0
+            g_std = g_r.std() if g_r.numel() > 1 else torch.zeros((), dtype=torch.float64)
+            centre = {"group": g_mean, "batch": b_mean}[mean_scope]
+            scale = {"group": g_std, "batch": b_std, "none": None}[std_scope]
+            expected = rewards[i] - centre if scale is None else (rewards[i] - centre) / scale
+            if scale is not None and scale == 0:
+                continue  # division by a zero std with eps = 0: not a meaningful comparison
+            torch.testing.assert_close(got[i], torch.as_tensor(expected, dtype=torch.float64))
 
 
 def test_weighted_mean_std_matches_repetition():

@@ -3,7 +3,7 @@
 Nothing here imports the rest of the project; every function is a plain function of tensors.
 """
 
-from lite_ppo.ops.advantages import SCOPES, normalized_advantages, group_statistics
+from lite_ppo.ops.advantages import SCOPES, group_statistics, normalized_advantages, weighted_mean_std
 from lite_ppo.ops.aggregation import aggregate_loss, aggregation_denominator
 from lite_ppo.ops.logprobs import entropy_from_logits, logprobs_from_logits
 from lite_ppo.ops.policy_loss import clip_fractions, clipped_surrogate
@@ -21,5 +21,6 @@ __all__ = [
     "masked_std",
     "masked_sum",
     "normalized_advantages",
+    "weighted_mean_std",
     "group_statistics",
 ]

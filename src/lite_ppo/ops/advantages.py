@@ -44,6 +44,22 @@ def group_statistics(
     return means[inverse], stds[inverse]
 
 
+def weighted_mean_std(values: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Frequency-weighted mean and Bessel-corrected std of ``values`` [N] (float64): the statistics
+    of the multiset in which value i appears ``weights[i]`` times.
+
+    Example:
+        >>> m, s = weighted_mean_std(torch.tensor([0.0, 1.0]), torch.tensor([1.0, 3.0]))   # 0,1,1,1
+        >>> round(m.item(), 4), round(s.item(), 4)
+        (0.75, 0.5)
+    """
+    values, weights = values.double(), weights.double()
+    total = weights.sum()
+    mean = (weights * values).sum() / total.clamp(min=1e-12)
+    var = (weights * (values - mean) ** 2).sum() / (total - 1).clamp(min=1)
+    return mean, var.sqrt()
+
+
 def normalized_advantages(
     rewards: torch.Tensor,
     group_ids: torch.Tensor,
@@ -51,7 +67,7 @@ def normalized_advantages(
     std_scope: str = "batch",
     eps: float = 1e-6,
     batch_stats: tuple[torch.Tensor, torch.Tensor] | None = None,
-    stats_mask: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """A_i = (r_i - centre_i) / (scale_i + eps), one advantage per response.
 
@@ -62,32 +78,41 @@ def normalized_advantages(
         std_scope: ``group`` | ``batch`` | ``none`` (scale 1, eps not added).
         eps: added to the std (PAPER.md: 1e-6).
         batch_stats: (mean, std) of the global batch; computed from ``rewards`` when None.
-        stats_mask: [B] bool, responses that count in the group and batch statistics (all when None).
-            Excluded responses still receive an advantage from the others' statistics.
+        weights: [B] non-negative frequency weights of the responses in the group and batch
+            statistics (all 1 when None: the paper's definition). ``w_i = L_i`` gives token-weighted
+            statistics; ``w_i = 0`` leaves a response out of the statistics (e.g. a truncated one)
+            while it still receives an advantage from the others' statistics.
 
     Returns:
-        [B] advantages.
+        [B] advantages. Under a group scope, a response whose whole group has weight 0 gets 0
+        (there is no statistic to compare it with).
     """
     if mean_scope not in SCOPES or std_scope not in SCOPES:
         raise ValueError(f"mean_scope and std_scope must be in {SCOPES}, got {mean_scope!r}, {std_scope!r}")
+    if weights is not None and bool((weights < 0).any()):
+        raise ValueError("statistics weights must be >= 0")
     # float64: an all-equal group must centre to (almost) exactly 0 before dividing by std + eps,
     # where float32 rounding of the mean (~1e-8) would become ~1e-2 after dividing by eps = 1e-6.
     out_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
-    rewards = rewards.double()
-    mask = torch.ones_like(rewards, dtype=torch.bool) if stats_mask is None else stats_mask.bool()
+    r = rewards.double()
+    w = torch.ones_like(r) if weights is None else weights.double()
 
-    if mean_scope == "group" or std_scope == "group":
-        # Statistics from the counted responses only: give excluded ones a weight of zero.
-        g_mean, g_std = group_statistics(rewards, group_ids, mask)
-    if batch_stats is None and "batch" in (mean_scope, std_scope):
-        counted = rewards[mask]
-        batch_stats = (counted.mean(), counted.std() if counted.numel() > 1 else counted.new_zeros(()))
-    elif batch_stats is not None:
-        batch_stats = (torch.as_tensor(batch_stats[0]).double(), torch.as_tensor(batch_stats[1]).double())
+    uses_group = "group" in (mean_scope, std_scope)
+    if uses_group:
+        g_mean, g_std = group_statistics(r, group_ids, w)
+        _, inverse = torch.unique(group_ids, return_inverse=True)
+        group_weight = torch.zeros(int(inverse.max().item()) + 1 if inverse.numel() else 0, dtype=w.dtype, device=w.device)
+        empty_group = group_weight.index_add_(0, inverse, w)[inverse] == 0
+    if "batch" in (mean_scope, std_scope):
+        if batch_stats is None:
+            b_mean, b_std = weighted_mean_std(r, w)
+        else:
+            b_mean, b_std = torch.as_tensor(batch_stats[0]).double(), torch.as_tensor(batch_stats[1]).double()
 
-    centre = {"group": lambda: g_mean, "batch": lambda: batch_stats[0], "none": lambda: 0.0}[mean_scope]()
-    centred = rewards - centre
-    if std_scope == "none":
-        return centred.to(out_dtype)
-    scale = g_std if std_scope == "group" else batch_stats[1]
-    return (centred / (scale + eps)).to(out_dtype)
+    centre = {"group": lambda: g_mean, "batch": lambda: b_mean, "none": lambda: 0.0}[mean_scope]()
+    out = r - centre
+    if std_scope != "none":
+        out = out / ((g_std if std_scope == "group" else b_std) + eps)
+    if uses_group:
+        out = torch.where(empty_group, torch.zeros_like(out), out)
+    return out.to(out_dtype)
