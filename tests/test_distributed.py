@@ -144,8 +144,28 @@ def _worker(args) -> None:
             self.stats = None
             self.advantages = None
             self.grads = None
+            self.micro = 0  # micro-batches so far in this optimizer step
+            self.micros_per_step: list[int] = []
+            self.allreduce_at: list[tuple[int, int]] = []  # (optimizer step, micro-batch) of each DDP bucket all-reduce
+
+        def extra_loss_terms(self, trainer, module, ctx):
+            self.micro += 1  # called once per micro-batch, before its backward
+            return {}
+
+        def on_train_start(self, trainer, module):
+            # Lightning registers DDP communication hooks on CUDA only: register one here.
+            if isinstance(trainer.strategy.model, torch.nn.parallel.DistributedDataParallel):
+                from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+                def count_allreduce(state, bucket):
+                    self.allreduce_at.append((len(self.micros_per_step), self.micro))
+                    return allreduce_hook(state, bucket)
+
+                trainer.strategy.model.register_comm_hook(None, count_allreduce)
 
         def on_before_optimizer_step(self, trainer, module, optimizer):
+            self.micros_per_step.append(self.micro)
+            self.micro = 0
             if self.grads is not None:  # the first optimizer step's gradient (all ranks, all micro-batches)
                 return
             from deepspeed.utils import safe_get_full_grad  # plain p.grad without ZeRO; gathers under ZeRO-3
@@ -201,6 +221,7 @@ def _worker(args) -> None:
         rank = trainer.global_rank
         (out / mode).mkdir(parents=True, exist_ok=True)
         result = {"advantages": record.advantages, "stats": record.stats, "world": trainer.world_size, "global_step": trainer.global_step}
+        result.update(micros_per_step=record.micros_per_step, allreduce_at=record.allreduce_at)
         if args.strategy == "zero3" and first == 0:
             # HF generate on partitioned parameters with ranks that stop at different steps: every
             # forward all-gathers from all ranks, so this hangs unless generate runs with synced_gpus.
@@ -353,6 +374,13 @@ def test_two_ddp_ranks_equal_one_process(tmp_path, tiny_model_path, single_resul
     for mode in MODES:
         measured = assert_same_as_single(load_results(tmp_path, mode), load_results(single_results, mode), w0, compare_grads="@clip" not in mode)
         print(mode, {k: f"{v:.3g}" for k, v in measured.items() if not k.startswith("stat:")})
+        for rank in load_results(tmp_path, mode):
+            # Gradients are all-reduced once per optimizer step, during the last micro-batch's
+            # backward (the others run under no_sync); equal weights above show the sum is intact.
+            steps = rank["micros_per_step"]
+            assert len(steps) == 2 and min(steps) == 2, steps  # 2 optimizer steps of 2 micro-batches
+            assert {step for step, _ in rank["allreduce_at"]} == {0, 1}
+            assert all(micro == steps[step] for step, micro in rank["allreduce_at"]), rank["allreduce_at"]
 
 
 def test_rank_shares_keep_groups_whole(tiny_model_path):

@@ -77,6 +77,7 @@ RECIPES = {
     "grpo": ((0.2, 0.2, "seq-mean-token-mean"), ["loss/kl", "kl/ref_kl"]),
     "dapo": ((0.2, 0.28, "token-mean"), ["overlong_shaping/penalty_mean"]),
     "ppo_baseline": ((0.2, 0.2, "seq-mean-token-mean"), []),
+    "lite_ppo_no_norm": ((0.2, 0.2, "token-mean"), []),
     "lite_ppo_no_std": ((0.2, 0.2, "token-mean"), []),
     "lite_ppo_group_std": ((0.2, 0.2, "token-mean"), []),
     "lite_ppo_batch_norm": ((0.2, 0.2, "token-mean"), []),
@@ -100,7 +101,7 @@ def test_recipe_runs_two_steps(recipe, tmp_path, tiny_model_path):
         assert any(step["dropped"] for step in Recorder.seen)
         assert all(step["responses"] == 16 for step in Recorder.seen)  # refilled to 4 prompts x 4
         assert any(v >= 1 for _, v in scalars["rollout/refill_rounds"])
-    if recipe == "ppo_baseline":
+    if recipe in ("ppo_baseline", "lite_ppo_no_norm"):
         assert all(torch.equal(step["advantages"], step["rewards"]) for step in Recorder.seen)  # A = r
     if recipe == "grpo":
         assert all(v >= 0 for _, v in scalars["kl/ref_kl"])  # k3 >= 0

@@ -98,7 +98,7 @@ def test_bucketed_gather_bound(zero3_run):
 
 def test_plan_buckets_bounds_and_groups():
     """Without DeepSpeed: bucket planning by full sizes, tied tensors counted once, groups kept whole."""
-    from lite_ppo.strategies.gather import iter_gathered_state, plan_buckets, transformer_block
+    from lite_ppo.model_state import iter_gathered_state, plan_buckets, transformer_block
 
     e, q0, k0, q1, big = (torch.zeros(n) for n in (10, 20, 30, 10, 50))  # float32: 40, 80, 120, 40, 200 bytes
     state = [("model.embed", e), ("model.layers.0.q", q0), ("model.layers.0.k", k0), ("model.layers.1.q", q1), ("lm_head", e), ("big", big)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from typing import Any, Literal
@@ -202,8 +203,11 @@ class LitePPO(LightningModule):
             # The denominator of the whole optimizer step: all micro-batches, all ranks.
             denominator = self._global_sum(aggregation_denominator(mini.loss_mask, cfg.aggregation))
             optimizer.zero_grad()
-            for idx in torch.arange(mini.num_responses).split(self.hparams.micro_batch_size):
+            micro_rows = torch.arange(mini.num_responses).split(self.hparams.micro_batch_size)
+            for micro_idx, idx in enumerate(micro_rows):
                 micro = mini.select(idx)
+                # DDP: all-reduce the summed gradient once, at the step's last micro-batch.
+                sync = contextlib.nullcontext() if micro_idx == len(micro_rows) - 1 else self._no_gradient_sync()
                 begin_micro_batch(self._trainer)  # DeepSpeed: accumulate, not overwrite, this micro-batch's gradient
                 logits = self.forward_logits(micro)
                 logprobs = logprobs_from_logits(logits, micro.response_ids)
@@ -219,7 +223,8 @@ class LitePPO(LightningModule):
                         loss = loss + term_loss
                         acc.add(f"loss/{name}", term_loss)
                 # DDP and DeepSpeed average gradients over ranks; the loss is already a global mean.
-                self.manual_backward(loss * world)
+                with sync:
+                    self.manual_backward(loss * world)
                 self._micro_stats(acc, micro, logits, logprobs, ratio)
                 acc.add("loss/policy", policy_loss)
                 acc.add("loss/total", loss)
@@ -272,6 +277,18 @@ class LitePPO(LightningModule):
         max_norm = self.hparams.max_grad_norm
         params = [p for p in self.policy.parameters() if p.grad is not None]
         return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else math.inf).detach().float().cpu()
+
+    def _no_gradient_sync(self):
+        """DDP's ``no_sync`` through Lightning: this backward accumulates locally, no all-reduce.
+
+        DDP's reducer all-reduces the accumulated ``.grad`` at the next synced backward, so the
+        step's gradient is unchanged. A no-op for one process and for DeepSpeed (ZeRO reduces each
+        micro-batch's gradient partition itself; its ``no_sync`` refuses ZeRO-3).
+        """
+        strategy = self.trainer.strategy
+        if isinstance(strategy.model, torch.nn.parallel.DistributedDataParallel):  # not DeepSpeed's engine: its no_sync refuses ZeRO-3
+            return strategy.block_backward_sync()
+        return contextlib.nullcontext()
 
     def _global_sum(self, value: torch.Tensor) -> torch.Tensor:
         if self.trainer.world_size <= 1:

