@@ -11,9 +11,10 @@ push it into a colocated vLLM engine.
 For each model (``builtin:tiny``, ``builtin:smollm2-135m-instruct``) and each rank it prints:
 
 - ``gather``: :func:`lite_ppo.strategies.iter_gathered_state` alone (bucketed all-gather, no engine);
-- ``sync``: ``VLLMEngine.sync_weights(policy)``, the project's engine path (its own per-block
-  buckets, ZeRO-3 gather, dtype conversion, vLLM ``reload_weights``, prefix-cache reset);
-- ``push``: ``iter_gathered_state`` fed straight into vLLM's ``reload_weights`` (one pass, lazy);
+- ``sync``: ``VLLMEngine.sync_weights(policy)``, the project's engine path (the same gather with
+  whole-block buckets, a copy in the engine's dtype, vLLM ``reload_weights``, prefix-cache reset);
+- ``push``: ``iter_gathered_state`` fed straight into vLLM's ``reload_weights`` (one pass, lazy,
+  no block grouping): the floor the engine path is compared with;
 
 each with the wall time (median of ``--repeats``), the peak bytes of parameters gathered at once
 (full tensors present on the rank, measured after every yielded tensor) and the peak growth of the
