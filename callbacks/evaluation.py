@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,11 @@ class Evaluation(Callback):
 
     # ------------------------------------------------------------------ setup
     def setup(self, trainer, pl_module, stage: str) -> None:
+        # The logged values are torchmetrics states already summed over ranks (sync_dist=False on
+        # purpose); Lightning still suggests sync_dist whenever a process group exists, which vLLM
+        # creates even in a one-process run. Silence that suggestion for these names only.
+        names = "|".join(re.escape(p) for p in (self.prefix, self.tier_prefix))
+        warnings.filterwarnings("ignore", message=rf"It is recommended to use `self.log\('({names})/")
         if self.benchmarks is None:
             # Read every file now, so a missing or malformed one fails before any training.
             # No benchmarks (only the held-out training tiers): no data folder is needed.
@@ -214,9 +221,10 @@ class Evaluation(Callback):
             self.history.append(entry)
         when = "before training" if trainer.sanity_checking else (f"after {step} training steps" if fitting else f"global step {step}")
         if self.print_table and trainer.is_global_zero:
-            print("\n" + text_table(results, self.titles, title=f"Evaluation ({when})"), flush=True)
+            if results["groups"]:
+                print("\n" + text_table(results, self.titles, title=f"Evaluation ({when})"), flush=True)
             if tiers is not None:
-                print(text_table(tiers, title=f"Held-out tiers ({when})"), flush=True)
+                print("\n" + text_table(tiers, title=f"Held-out tiers ({when})"), flush=True)
         if self.output_dir is not None:
             folder = Path(self.output_dir) / f"step_{step}"
             if trainer.is_global_zero:
@@ -227,15 +235,19 @@ class Evaluation(Callback):
         if not trainer.is_global_zero or not self.print_table:
             return
         after = self.history[-1] if self.history else None
-        if self.before is None and after is None:
-            return
         if after is None:
-            print("\nNo validation ran after training started; accuracy before training:", flush=True)
-            print(text_table(self.before["results"], self.titles), flush=True)
+            if self.before is not None:
+                print("\nNo validation ran after training started; accuracy before training:", flush=True)
+                for label, results in (("benchmark", self.before["results"]), ("tier", self.before["tiers"])):
+                    if results and results["groups"]:
+                        print(text_table(results, self.titles if label == "benchmark" else None), flush=True)
             return
-        before = self.before["results"] if self.before else {"groups": {}}
+        before = self.before or {"results": None, "tiers": None}
         print(f"\nAccuracy before training and after {after['step']} training steps:", flush=True)
-        print(comparison_table(before, after["results"], self.titles), flush=True)
+        for label, name in (("benchmark", "results"), ("held-out tier", "tiers")):
+            if after[name] and after[name]["groups"]:
+                titles = self.titles if name == "results" else None
+                print(comparison_table(before[name] or {"groups": {}}, after[name], titles, label=label), flush=True)
 
     # ------------------------------------------------------------------ helpers
     def _flat(self, results: dict[str, Any], tiers: dict[str, Any] | None) -> dict[str, float]:

@@ -335,3 +335,22 @@ def test_evaluation_callback_in_fit_logs_per_benchmark_and_before_after(tmp_path
     assert report["benchmarks"]["gsm8k"]["num_problems"] == 3 and report["tiers"]["groups"]["easy"]["num_problems"] == 2
     lines = (tmp_path / "evals/step_0/responses.rank0.jsonl").read_text().splitlines()
     assert len(lines) == 3 + 3 + 3 * 2  # two benchmarks and three held-out tiers of 2
+
+
+def test_before_after_table_with_held_out_tiers_only(capsys):
+    """The quickstart evaluates only the held-out training tiers (no benchmark files): the
+    before/after table then lists the tiers, and no empty benchmark table is printed."""
+    from lite_ppo.callbacks import Evaluation
+
+    callback = Evaluation(benchmarks=[])
+    no_benchmarks = {"groups": {}}
+    tiers = lambda easy, hard: {"groups": {"easy": {"accuracy": easy}, "hard": {"accuracy": hard}}}  # noqa: E731
+    callback.before = {"step": 0, "results": no_benchmarks, "tiers": tiers(0.12, 0.25)}
+    callback.history = [{"step": 6, "results": no_benchmarks, "tiers": tiers(0.42, 0.25)}]
+    callback.on_fit_end(SimpleNamespace(is_global_zero=True), None)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "Accuracy before training and after 6 training steps:"
+    assert lines[1].split() == ["held-out", "tier", "accuracy", "before", "%", "accuracy", "after", "%", "change"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[2:]}
+    assert rows["easy"] == ["12.0", "42.0", "+30.0"] and rows["hard"] == ["25.0", "25.0", "+0.0"]
+    assert "benchmark" not in "\n".join(lines)

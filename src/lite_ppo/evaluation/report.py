@@ -79,18 +79,21 @@ def text_table(results: Mapping[str, Any], titles: Mapping[str, str] | None = No
     return "\n".join(lines)
 
 
-def comparison_table(before: Mapping[str, Any], after: Mapping[str, Any], titles: Mapping[str, str] | None = None, key: str = "accuracy") -> str:
-    """``benchmark | before | after | change`` of one metric (percentages), averages included."""
+def comparison_table(
+    before: Mapping[str, Any], after: Mapping[str, Any], titles: Mapping[str, str] | None = None, key: str = "accuracy", label: str = "benchmark"
+) -> str:
+    """``benchmark | before | after | change`` of one metric (percentages), averages included;
+    ``label`` names the first column (e.g. ``held-out tier``)."""
     titles = titles or {}
     names = list(after["groups"])
     rows = [(titles.get(n, n), before["groups"].get(n, {}).get(key), after["groups"][n].get(key)) for n in names]
-    for avg, label in AVERAGE_ROWS:
+    for avg, avg_title in AVERAGE_ROWS:
         if after.get(avg) and len(names) > 1:
-            rows.append((label, (before.get(avg) or {}).get(key), after[avg].get(key)))
-    cells = [["benchmark", f"{key} before %", f"{key} after %", "change"]]
-    for label, b, a in rows:
+            rows.append((avg_title, (before.get(avg) or {}).get(key), after[avg].get(key)))
+    cells = [[label, f"{key} before %", f"{key} after %", "change"]]
+    for row_title, b, a in rows:
         change = "-" if b is None or a is None else f"{100 * (a - b):+.1f}"
-        cells.append([label, format_value(key, b), format_value(key, a), change])
+        cells.append([row_title, format_value(key, b), format_value(key, a), change])
     widths = [max(len(r[i]) for r in cells) for i in range(4)]
     return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells)
 
