@@ -66,15 +66,15 @@ def _project_command(argv: list[str], name: str = "prepare-model") -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in PROJECT_COMMANDS:
-        raise SystemExit(_project_command(argv[1:], argv[0]))
+    command = sys.argv[1:] if argv is None else argv
+    if command and command[0] in PROJECT_COMMANDS:
+        raise SystemExit(_project_command(command[1:], command[0]))
     # vLLM on CPU must run in-process for in-place weight updates (DESIGN.md).
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     LitePPOCLI(
         LitePPO,
         MathDataModule,
-        args=argv,
+        args=argv,  # None: LightningCLI reads sys.argv itself (passing it too makes Lightning warn)
         trainer_defaults=TRAINER_DEFAULTS,
         seed_everything_default=42,
         save_config_kwargs={"overwrite": True},
