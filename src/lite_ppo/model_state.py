@@ -146,9 +146,9 @@ def iter_gathered_buckets(
 
     A yielded bucket's tensors alias the gathered parameters: they are valid only until the next
     bucket is requested (then the bucket is re-partitioned). Consume or copy them before asking for
-    more. Without ZeRO-3 (plain or DDP models) the
-    buckets hold the live tensors (detached) and nothing is gathered (``stats`` still counts the
-    buckets). Arguments as in :func:`iter_gathered_state`.
+    more. Without ZeRO-3 (plain or DDP models) the buckets hold the live tensors (detached) and
+    nothing is gathered (``stats`` still counts the buckets). Arguments as in
+    :func:`iter_gathered_state`.
     """
     items = checkpoint_items(module)
     partitioned_any = any(_is_partitioned(t) for _, t in items)
