@@ -127,6 +127,24 @@ def test_evaluate_loads_lightning_checkpoint_weights(tmp_path, tiny_model_path, 
         load_policy_module(str(tmp_path / "missing.ckpt"))
 
 
+def test_vllm_engine_runs_in_the_policy_dtype(tmp_path):
+    """vLLM's own "auto" runs a float32 checkpoint in bfloat16; the command's engine must compute in
+    the dtype the policy is loaded in (--dtype), unless a config names the engine (its dtype wins)."""
+    pytest.importorskip("vllm")
+    from lite_ppo.evaluation.command import _engine, build_parser
+
+    def engine(*extra: str, section=None):
+        args = build_parser().parse_args(["--model", "builtin:tiny", "--out", str(tmp_path), "--engine", "vllm", *extra])
+        return _engine("vllm", section or {}, args)
+
+    assert engine().dtype == "float32"  # the command's default policy dtype
+    assert engine("--dtype", "bfloat16").dtype == "bfloat16"
+    with pytest.raises(SystemExit, match="float16 is not supported by the vLLM engine"):
+        engine("--dtype", "float16")
+    configured = {"engine": {"class_path": "lite_ppo.rollout.VLLMEngine", "init_args": {"dtype": "bfloat16"}}}
+    assert engine(section=configured).dtype == "bfloat16"
+
+
 def test_evaluate_fails_before_loading_a_model_on_a_bad_file(tmp_path, capsys):
     (tmp_path / "bad.jsonl").write_text('{"id": "1", "problem": "q", "answer": ""}\n')
     cfg = tmp_path / "b.yaml"

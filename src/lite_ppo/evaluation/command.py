@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N problems of each benchmark")
     parser.add_argument("--batch-size", type=int, default=None, help="problems per generation call (default 16 for hf, 256 for vllm)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32", help="dtype the policy is loaded in")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32", help="dtype the policy is loaded in; the vLLM engine runs in it too unless --config names the engine")
     parser.add_argument("--prompt-style", choices=["auto", "chat", "plain"], default=None, help="override the prompt style (default: the config's, else auto)")
     parser.add_argument("--require-boxed", action="store_true", default=None, help="score answers outside \\boxed{} as no_box (default: the config's reward)")
     parser.add_argument("--vllm-kv-cache-gib", type=float, default=None, help="vLLM CPU KV-cache size (GiB)")
@@ -115,6 +115,12 @@ def _engine(name: str | None, section: dict[str, Any], args: argparse.Namespace)
         from lite_ppo.rollout.vllm import VLLMEngine
 
         kwargs: dict[str, Any] = {}
+        if configured != "vllm":
+            # The policy's dtype, not vLLM's "auto" (which runs float32 checkpoints in bfloat16):
+            # the engine then computes what the loaded policy computes.
+            if args.dtype not in ("float32", "bfloat16"):
+                raise SystemExit(f"--dtype {args.dtype} is not supported by the vLLM engine: use float32 or bfloat16, or --engine hf")
+            kwargs["dtype"] = args.dtype
         if args.vllm_kv_cache_gib is not None:
             kwargs["kv_cache_space_gib"] = args.vllm_kv_cache_gib
         if args.vllm_max_model_len is not None:

@@ -55,8 +55,10 @@ class VLLMEngine(RolloutEngine):
     """Generates with an in-process ``vllm.LLM`` and syncs the policy's weights into it in place.
 
     Args:
-        dtype: engine weight/activation dtype: ``"auto"`` (the model folder's dtype), ``"bfloat16"``
-            or ``"float32"``. Synced weights are converted to it.
+        dtype: engine weight/activation dtype: ``"auto"`` (vLLM's choice from the model folder; it
+            runs float32 checkpoints in bfloat16 or float16), ``"bfloat16"`` or ``"float32"``.
+            Synced weights are converted to it. Use the policy's dtype for log-probs that match
+            the trainer's (``configs/engines/vllm_cpu.yaml`` sets float32).
         enforce_eager: skip torch.compile / CUDA graphs. Eager starts in ~9 s on the CPU;
             compiled mode took ~110 s to start there, so eager is the default.
         kv_cache_space_gib: CPU only: KV-cache size in GiB (fractions allowed). Sets
