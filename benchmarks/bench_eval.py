@@ -43,7 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--math500", type=int, default=100, help="first N MATH-500 problems (0: skip)")
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=None, help="problems per generate call (default: the command's, 16 hf / 256 vllm)")
-    p.add_argument("--dtype", default="float32", help="policy dtype for the HF engine (float32 or bfloat16)")
+    p.add_argument("--dtype", default="float32", help="policy dtype, and the vLLM engine's (float32 or bfloat16)")
     p.add_argument("--out", default=None, help="output folder (default: a temporary folder)")
     p.add_argument("--json", default=None, help="write the summary here")
     return p.parse_args(argv)
