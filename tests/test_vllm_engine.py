@@ -269,3 +269,22 @@ def test_engine_builds_from_yaml_class_path():
     assert isinstance(engine, VLLMEngine)
     assert (engine.dtype, engine.kv_cache_space_gib, engine.sync_bucket_bytes, engine.enforce_eager) == ("bfloat16", 2, 1024, True)
     assert engine.llm is None  # nothing is built before setup
+
+
+def test_engine_dtype_other_than_the_policy_is_reported(tiny_model_path, caplog):
+    """vLLM's "auto" runs a float32 checkpoint in bfloat16 on this CPU; the engine says so at setup,
+    because then engine and trainer log-probs (and greedy outputs) no longer match."""
+    import logging
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    engine = VLLMEngine(dtype="auto", kv_cache_space_gib=0.25, max_model_len=128)
+    with caplog.at_level(logging.WARNING, logger="lite_ppo.rollout.vllm"):
+        engine.setup(model, tokenizer, tiny_model_path)
+    try:
+        assert engine.engine_dtype == torch.bfloat16
+        assert any("runs in torch.bfloat16 but the policy's weights are torch.float32" in r.getMessage() for r in caplog.records)
+    finally:
+        engine.close()

@@ -222,6 +222,15 @@ class VLLMEngine(RolloutEngine):
                 "temperature into; use logprobs_mode='processed_logprobs' for this model"
             )
         log.info("vLLM engine ready in %.1f s (dtype %s)", self.startup_seconds, self._engine_dtype)
+        policy_dtype = next(policy.parameters()).dtype
+        if policy_dtype != self._engine_dtype:
+            # Often intended (bf16 rollouts of a float32 master copy), but it is the first suspect
+            # when drift/* is large or engine and trainer greedy outputs differ.
+            log.warning(
+                "VLLMEngine runs in %s but the policy's weights are %s: engine log-probs will differ from the "
+                "trainer's (~1e-2 nats for bfloat16); set VLLMEngine dtype to the policy's for matching numbers",
+                self._engine_dtype, policy_dtype,
+            )
 
     @property
     def engine_dtype(self) -> torch.dtype | None:
