@@ -51,6 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)  # per-model child processes: the parent prints it
     return p.parse_args(argv)
 
 
@@ -229,7 +230,7 @@ def main(argv=None) -> None:
         for model in models:
             with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
                 out = tmp.name
-            cmd = [sys.executable, os.path.abspath(__file__), "--model", model, "--json", out, *passthrough]
+            cmd = [sys.executable, os.path.abspath(__file__), "--model", model, "--json", out, "--no-summary", *passthrough]
             proc = subprocess.run(cmd, check=False)
             if proc.returncode != 0:
                 print(f"[{model}] failed with exit code {proc.returncode}", flush=True)
@@ -237,9 +238,10 @@ def main(argv=None) -> None:
             with open(out) as f:
                 results.extend(json.load(f))
             os.unlink(out)
-    print("\nsummary (generation tokens/s after warm-up; sync = one in-place weight push into vLLM)")
-    for r in results:
-        print(_summary_line(r))
+    if not args.no_summary:
+        print("\nsummary (generation tokens/s after warm-up; sync = one in-place weight push into vLLM)")
+        for r in results:
+            print(_summary_line(r))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -4,7 +4,8 @@ training, with tokens/s of generation and training.
     python benchmarks/bench_steps.py                       # configs/quickstart.yaml, 3 steps
     python benchmarks/bench_steps.py --steps 5 --config configs/recipes/lite_ppo.yaml --config configs/models/tiny.yaml
 
-It runs `lite-ppo fit` for N steps (no validation, no checkpoints) into a temporary folder, reads
+It runs `lite-ppo fit` for N steps (no validation; checkpoints the config asks for land in the
+temporary folder too) into a temporary folder, reads
 the TensorBoard scalars back and prints one row per step plus the mean over steps after the first
 (the first pays engine start-up and warm-up).
 """

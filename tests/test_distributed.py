@@ -374,6 +374,13 @@ def test_two_ddp_ranks_equal_one_process(tmp_path, tiny_model_path, single_resul
     for mode in MODES:
         measured = assert_same_as_single(load_results(tmp_path, mode), load_results(single_results, mode), w0, compare_grads="@clip" not in mode)
         print(mode, {k: f"{v:.3g}" for k, v in measured.items() if not k.startswith("stat:")})
+        if "@clip" in mode:
+            # clipping really acted (pre-clip norm above the bound) and left the gradient at the bound
+            bound = float(mode.partition("@clip")[2])
+            for results in (load_results(tmp_path, mode), load_results(single_results, mode)):
+                assert float(results[0]["stats"]["train/grad_norm"]) > 1.5 * bound
+                clipped = torch.linalg.vector_norm(torch.stack([g.norm() for g in results[0]["grads"].values()]))
+                assert float(clipped) == pytest.approx(bound, rel=1e-4)
         for rank in load_results(tmp_path, mode):
             # Gradients are all-reduced once per optimizer step, during the last micro-batch's
             # backward (the others run under no_sync); equal weights above show the sum is intact.

@@ -14,10 +14,13 @@ from lightning.pytorch import Trainer
 from torch.utils.data import DataLoader
 
 from lite_ppo.callbacks import LogprobDrift, Rollout, TruncatedImportanceSampling
+from lite_ppo.callbacks.rollout import build_rollout_batch
 from lite_ppo.hooks import Technique
 from lite_ppo.module import LitePPO
-from lite_ppo.ops.drift import MAX_LOG_RATIO, drift_statistics, drift_sums, k3_kl, logprob_drift, truncated_importance_weights
+from lite_ppo.ops.drift import MAX_LOG_RATIO, drift_statistics, drift_sums, logprob_drift, truncated_importance_weights
+from lite_ppo.ops.kl import kl_estimate
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.rollout.engine import Generation
 from lite_ppo.rollout.hf import HFEngine
 from test_techniques import CaptureModule, make_batch
 
@@ -55,6 +58,11 @@ def test_drift_sums_add_over_parts_like_one_batch():
         assert float(value) == pytest.approx(float(whole[name]))
 
 
+def k3_kl(trainer: torch.Tensor, engine: torch.Tensor) -> torch.Tensor:
+    """The per-token k3 of drift_sums: KL(pi_engine || pi_trainer) on engine-sampled tokens."""
+    return kl_estimate(engine.double(), trainer.double(), "k3", clamp=MAX_LOG_RATIO)
+
+
 def test_k3_by_hand_and_limits():
     assert float(k3_kl(torch.tensor(0.0), torch.tensor(-1.0))) == pytest.approx(math.e - 2)
     assert float(k3_kl(torch.tensor(-1.0), torch.tensor(0.0))) == pytest.approx(math.exp(-1))
@@ -77,12 +85,18 @@ def test_k3_is_non_negative_and_zero_only_on_agreement(pairs):
 def test_k3_mean_estimates_kl_of_the_engine_from_the_trainer():
     """Sampling from pi_engine, the token mean of k3 converges to KL(pi_engine || pi_trainer)."""
     gen = torch.Generator().manual_seed(0)
-    engine_probs = torch.tensor([0.5, 0.3, 0.2])
-    trainer_probs = torch.tensor([0.4, 0.4, 0.2])
-    tokens = torch.multinomial(engine_probs, 200_000, replacement=True, generator=gen)
+    # far apart, so the two KL directions differ (0.635 vs 0.676 nats) by much more than the sampling error
+    engine_probs = torch.tensor([0.7, 0.2, 0.1], dtype=torch.float64)
+    trainer_probs = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
+    tokens = torch.multinomial(engine_probs, 400_000, replacement=True, generator=gen)
     estimate = float(k3_kl(trainer_probs.log()[tokens], engine_probs.log()[tokens]).mean())
     exact = float((engine_probs * (engine_probs / trainer_probs).log()).sum())
-    assert estimate == pytest.approx(exact, rel=0.05)
+    reverse = float((trainer_probs * (trainer_probs / engine_probs).log()).sum())
+    assert estimate == pytest.approx(exact, rel=0.02)
+    assert estimate != pytest.approx(reverse, rel=0.02)
+    # drift_sums' k3 is the same estimator
+    sums = drift_sums(trainer_probs.log()[tokens][None], engine_probs.log()[tokens][None], torch.ones(1, tokens.numel()))
+    assert float(sums["k3"]) / tokens.numel() == pytest.approx(estimate, rel=1e-9)
 
 
 def test_truncated_importance_weights_by_hand():
@@ -182,23 +196,11 @@ class Record(Technique):
 
 
 def _constructed_rollout() -> RolloutBatch:
-    """4 responses (2 groups) on the tiny model's vocabulary: prompts of 2 tokens, responses <= 4."""
-    lengths = torch.tensor([4, 2, 3, 1])
-    width = 4
-    response_mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).float()
-    response_ids = (torch.arange(4 * width).view(4, width) * 7 % 500 + 10) * response_mask.long() + 2 * (1 - response_mask.long())
-    input_ids = torch.cat([torch.tensor([[5, 6], [7, 8], [9, 10], [11, 12]]), response_ids], dim=1)
-    attention_mask = torch.cat([torch.ones(4, 2, dtype=torch.long), response_mask.long()], dim=1)
-    return RolloutBatch(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        response_mask=response_mask,
-        group_ids=torch.tensor([0, 0, 1, 1]),
-        rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]),
-        truncated=torch.zeros(4, dtype=torch.bool),
-        response_lengths=lengths,
-        temperature=0.9,
-    )
+    """2 prompts of 2 tokens x 2 responses (lengths 4, 2, 3, 1) on the tiny model's vocabulary, laid
+    out by the Rollout callback's own ``build_rollout_batch``."""
+    responses = [[10, 17, 24, 31], [38, 45], [66, 73, 80], [94]]
+    generations = [[Generation(r, True) for r in responses[:2]], [Generation(r, True) for r in responses[2:]]]
+    return build_rollout_batch([[5, 6], [9, 10]], generations, [1.0, 0.0, 1.0, 0.0], pad_id=2, temperature=0.9)
 
 
 def _update(model_path: str, engine_logprobs: torch.Tensor | None, *techniques: Technique):

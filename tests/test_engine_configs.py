@@ -48,6 +48,26 @@ def test_hf_config_and_switching_back(order):
     assert engine.batch_size == (8 if order == "engine_then_model" else 16)
 
 
+def test_hf_config_replaces_a_vllm_engine():
+    engine = _engine("recipes/lite_ppo.yaml", "models/tiny.yaml", "engines/vllm_cpu.yaml", "engines/hf.yaml")
+    assert isinstance(engine, HFEngine) and engine.batch_size == 16  # hf.yaml's own value, vLLM's fields dropped
+
+
+def test_vllm_gpu_config_keeps_the_model_files_engine_limits(capsys):
+    """configs/engines/vllm_gpu.yaml composes after a Qwen3 model file without undoing its
+    gpu_memory_utilization and max_model_len (parsed only: the model needs GPUs)."""
+    import yaml
+
+    from lite_ppo.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(REPO / "configs/recipes/lite_ppo.yaml"), "--config", str(REPO / "configs/models/qwen3_4b_base.yaml"),
+              "--config", str(REPO / "configs/engines/vllm_gpu.yaml"), "--print_config"])
+    engine = yaml.safe_load(capsys.readouterr().out)["rollout"]["engine"]["init_args"]
+    assert (engine["gpu_memory_utilization"], engine["max_model_len"]) == (0.4, 10240)  # the model file's
+    assert (engine["enable_sleep_mode"], engine["enforce_eager"], engine["dtype"]) == (True, False, "bfloat16")  # the engine file's
+
+
 def test_engine_fields_override_from_the_command_line():
     engine = _engine(
         "recipes/lite_ppo.yaml", "models/tiny.yaml", "engines/vllm_cpu.yaml",

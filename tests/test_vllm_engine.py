@@ -237,19 +237,29 @@ def test_n_samples_per_prompt_in_prompt_order(world):
             assert (lp - torch.tensor(gen.logprobs)).abs().max().item() < LOGPROB_ATOL
 
 
-def test_bucket_plan_keeps_blocks_whole(world):
-    engine, model = world["engine"], world["model"]
-    from lite_ppo.model_state import iter_gathered_buckets, transformer_block
+def test_bucket_plan_keeps_blocks_whole(world, monkeypatch):
+    """The buckets the engine's sync really pushes: every state_dict entry (tied lm_head included),
+    no transformer block split across buckets (vLLM fuses a block's projections)."""
+    import lite_ppo.rollout.vllm as vllm_module
 
-    # the plan the engine's sync uses
-    buckets = list(iter_gathered_buckets(model, engine.sync_bucket_bytes, group_by=transformer_block))
-    assert len(buckets) > 2
-    names = [name for bucket in buckets for name, _ in bucket]
+    engine, model = world["engine"], world["model"]
+    pushed = []
+    real = vllm_module.iter_gathered_buckets
+
+    def recording(*args, **kwargs):
+        for bucket in real(*args, **kwargs):
+            pushed.append([name for name, _ in bucket])
+            yield bucket
+
+    monkeypatch.setattr(vllm_module, "iter_gathered_buckets", recording)
+    engine.sync_weights(model)  # the model's current weights, as any sync
+    assert len(pushed) == engine.last_sync_buckets > 2
+    names = [name for bucket in pushed for name in bucket]
     assert sorted(names) == sorted(model.state_dict().keys())
     assert "lm_head.weight" in names  # tied embeddings: pushed explicitly
     owner = {}
-    for index, bucket in enumerate(buckets):
-        for name, _ in bucket:
+    for index, bucket in enumerate(pushed):
+        for name in bucket:
             block = re.match(r"^(.*\.layers\.\d+)\.", name)
             key = block.group(1) if block else name  # embeddings, final norm, lm_head: separate vLLM layers
             assert owner.setdefault(key, index) == index, f"{key} split across buckets"

@@ -259,6 +259,13 @@ def test_export_hf_loads_and_generates(cli_runs, tiny_model_path):
     ids = tok("What is 2 plus 3?", return_tensors="pt")
     gen = model.generate(**ids, max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id)
     assert gen.shape[1] > ids["input_ids"].shape[1]
+    # `lite-ppo evaluate` reads the same sharded folder: the policy it evaluates is the exported one
+    from lite_ppo.evaluation.runner import load_policy_module
+
+    module = load_policy_module(str(last))
+    for k, v in module.policy.state_dict().items():
+        torch.testing.assert_close(v, state[k], rtol=0, atol=0)
+    assert module.policy_version > 0
 
 
 if __name__ == "__main__":

@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import torch
 
 POLICY_PREFIX = "policy."
-_WRAPPER_PREFIXES = ("_forward_module.", "module.")
+_CHECKPOINT_WRAPPER_PREFIXES = ("_forward_module.", "module.")  # Lightning / DeepSpeed wrappers in saved key names
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -36,25 +37,10 @@ def is_deepspeed_checkpoint(path: str | os.PathLike) -> bool:
     return path.is_dir() and (path / "latest").is_file()
 
 
-def _client_state(path: Path) -> dict[str, Any]:
-    """Lightning's part of the checkpoint (hyper-parameters, global step, ...), without the weights."""
-    if is_deepspeed_checkpoint(path):
-        tag = (path / "latest").read_text().strip()
-        files = sorted((path / tag).glob("*mp_rank_00_model_states.pt"))
-        if not files:
-            raise FileNotFoundError(f"{path / tag} has no *_model_states.pt: not a DeepSpeed checkpoint written by Lightning")
-        state = torch.load(files[0], map_location="cpu", weights_only=False)
-        return {k: v for k, v in state.items() if k not in ("module", "optimizer", "param_shapes", "frozen_param_fragments")}
-    if path.is_file():
-        state = torch.load(path, map_location="cpu", weights_only=False)
-        return {k: v for k, v in state.items() if k not in ("state_dict", "optimizer_states")}
-    raise FileNotFoundError(f"{path} is neither a DeepSpeed checkpoint folder (with a `latest` file) nor a checkpoint file")
-
-
 def _policy_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     out = {}
     for name, tensor in state.items():
-        for prefix in _WRAPPER_PREFIXES:
+        for prefix in _CHECKPOINT_WRAPPER_PREFIXES:
             if name.startswith(prefix):
                 name = name[len(prefix) :]
         if name.startswith(POLICY_PREFIX):
@@ -64,22 +50,37 @@ def _policy_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def fp32_policy_state_dict(checkpoint: str | os.PathLike, lazy: bool = False) -> dict[str, torch.Tensor]:
-    """The policy's weights from a Lightning checkpoint, with Hugging Face names (``policy.`` removed).
+def read_checkpoint(checkpoint: str | os.PathLike, lazy: bool = False) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """A Lightning checkpoint (DeepSpeed folder or single file), read once: Lightning's client state
+    (hyper-parameters, ``policy_version``, ...; no weights, no optimizer) and the policy's float32
+    weights with Hugging Face names (``policy.`` removed).
 
-    For a DeepSpeed checkpoint these are the consolidated fp32 master weights (tied weights appear
-    under every name). ``lazy=True`` returns DeepSpeed's lazy tensors (materialize each with
-    ``.contiguous()``) to keep at most one consolidated tensor in memory at a time.
+    For a DeepSpeed checkpoint the weights are the consolidated fp32 master weights (tied weights
+    appear under every name); ``lazy=True`` returns DeepSpeed's lazy tensors (materialize each with
+    ``.contiguous()``) so that at most one consolidated tensor is in memory at a time.
     """
     path = Path(checkpoint)
     if is_deepspeed_checkpoint(path):
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-        state = get_fp32_state_dict_from_zero_checkpoint(str(path), lazy_mode=lazy)
-        state = _policy_names(state)
-        return state if lazy else {k: v.float() for k, v in state.items()}
-    state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
-    return {k: v.float() for k, v in _policy_names(state).items()}
+        tag = (path / "latest").read_text().strip()
+        files = sorted((path / tag).glob("*mp_rank_00_model_states.pt"))
+        if not files:
+            raise FileNotFoundError(f"{path / tag} has no *_model_states.pt: not a DeepSpeed checkpoint written by Lightning")
+        state = torch.load(files[0], map_location="cpu", weights_only=False)
+        client = {k: v for k, v in state.items() if k not in ("module", "optimizer", "param_shapes", "frozen_param_fragments")}
+        weights = _policy_names(get_fp32_state_dict_from_zero_checkpoint(str(path), lazy_mode=lazy))
+        return client, (weights if lazy else {k: v.float() for k, v in weights.items()})
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is neither a DeepSpeed checkpoint folder (with a `latest` file) nor a checkpoint file")
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    client = {k: v for k, v in state.items() if k not in ("state_dict", "optimizer_states")}
+    return client, {k: v.float() for k, v in _policy_names(state.get("state_dict", {})).items()}
+
+
+def fp32_policy_state_dict(checkpoint: str | os.PathLike, lazy: bool = False) -> dict[str, torch.Tensor]:
+    """The policy's weights of :func:`read_checkpoint`."""
+    return read_checkpoint(checkpoint, lazy)[1]
 
 
 def export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, model: str | None = None, dtype: str = "auto") -> Path:
@@ -100,7 +101,7 @@ def export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, model: 
     from lite_ppo.models import resolve_model
 
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
-    client = _client_state(checkpoint)
+    client, weights = read_checkpoint(checkpoint, lazy=True)
     hparams = client.get("hyper_parameters") or {}
     model = model or hparams.get("model_path")
     if not model:
@@ -118,8 +119,9 @@ def export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, model: 
     with torch.device("cpu"), no_init_weights():  # every weight is overwritten below
         policy = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     params = policy.state_dict(keep_vars=True)
-    weights = fp32_policy_state_dict(checkpoint, lazy=True)
-    missing = [k for k in params if k not in weights and not _is_tied_alias(policy, k)]
+    # a tied name (lm_head.weight = the embedding) may be absent: its tensor is filled under the other name
+    names_per_tensor = Counter(id(t) for t in params.values())
+    missing = [k for k in params if k not in weights and names_per_tensor[id(params[k])] == 1]
     if missing:
         raise ValueError(f"the checkpoint lacks {len(missing)} weights of {model}, e.g. {missing[:3]}: wrong --model?")
     unexpected = [k for k in weights if k not in params]
@@ -152,13 +154,6 @@ def export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, model: 
     }
     (out_dir / "lite_ppo_export.json").write_text(json.dumps(info, indent=2) + "\n")
     return out_dir
-
-
-def _is_tied_alias(model: torch.nn.Module, name: str) -> bool:
-    """True for a state_dict entry that is the same tensor as another entry (tied embeddings)."""
-    state = model.state_dict(keep_vars=True)
-    target = state[name]
-    return any(other is target for key, other in state.items() if key != name)
 
 
 def main(argv: list[str] | None = None) -> int:

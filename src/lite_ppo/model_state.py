@@ -25,6 +25,7 @@ __all__ = [
     "GatherStats",
     "checkpoint_items",
     "full_numel",
+    "is_partitioned_model",
     "iter_gathered_buckets",
     "iter_gathered_state",
     "plan_buckets",
@@ -204,3 +205,9 @@ def iter_gathered_state(
 def _is_partitioned(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is a ZeRO-3 partitioned parameter (its full data exists only while gathered)."""
     return hasattr(tensor, "ds_id")
+
+
+def is_partitioned_model(module: torch.nn.Module) -> bool:
+    """True when ``module``'s parameters are ZeRO-3 partitioned: :func:`iter_gathered_buckets` then
+    yields gathered tensors that go away with the next bucket."""
+    return any(_is_partitioned(p) for p in module.parameters())

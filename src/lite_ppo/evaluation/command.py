@@ -31,10 +31,10 @@ DEFAULT_MAX_NEW_TOKENS = 1024
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lite-ppo evaluate",
-        description="Evaluate a model (HF folder, builtin:<name> or a .ckpt from lite-ppo fit) on math benchmarks; "
+        description="Evaluate a model (HF folder, builtin:<name>, or a .ckpt file or DeepSpeed checkpoint folder from lite-ppo fit) on math benchmarks; "
         "writes metrics.json, metrics.md and responses.jsonl to --out.",
     )
-    parser.add_argument("--model", required=True, help="HF model folder, builtin:<name>, or a Lightning checkpoint (.ckpt)")
+    parser.add_argument("--model", required=True, help="HF model folder, builtin:<name>, or a Lightning checkpoint (.ckpt file, or a DeepSpeed ZeRO-3 checkpoint folder)")
     parser.add_argument("--base-model", default=None, help="for a .ckpt: the model folder/builtin giving architecture and tokenizer (default: the one recorded in it)")
     parser.add_argument(
         "--benchmarks",

@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from lite_ppo.data.problem import Problem
 from lite_ppo.evaluation.benchmarks import BenchmarkSpec
 from lite_ppo.evaluation.results import GroupMetrics, response_records
@@ -24,9 +22,9 @@ def load_policy_module(model: str, base_model: str | None = None, dtype: str = "
     """A ``LitePPO`` module holding the policy to evaluate.
 
     Args:
-        model: a local HF folder, ``builtin:<name>``, or a Lightning checkpoint (``*.ckpt``) saved
-            by ``lite-ppo fit``: its ``policy.*`` weights are loaded into the model its
-            hyper-parameters name (``model_path``).
+        model: a local HF folder, ``builtin:<name>``, or a Lightning checkpoint saved by
+            ``lite-ppo fit`` (a ``*.ckpt`` file, or a DeepSpeed checkpoint folder): its ``policy.*``
+            weights are loaded into the model its hyper-parameters name (``model_path``).
         base_model: for a checkpoint, the model folder / builtin that gives the architecture and
             tokenizer, when the one recorded in the checkpoint moved.
         dtype: the dtype the policy is loaded in (``float32``, ``bfloat16``, ``float16``).
@@ -34,26 +32,24 @@ def load_policy_module(model: str, base_model: str | None = None, dtype: str = "
     Example:
         >>> module = load_policy_module("builtin:tiny")  # doctest: +SKIP
     """
+    from lite_ppo.export import is_deepspeed_checkpoint, read_checkpoint
     from lite_ppo.module import LitePPO
 
     path = Path(os.path.expanduser(model))
-    if path.is_file() and path.suffix == ".ckpt":
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-        hparams = dict(checkpoint.get("hyper_parameters") or {})
+    if (path.is_file() and path.suffix == ".ckpt") or is_deepspeed_checkpoint(path):
+        client, state = read_checkpoint(path)
+        hparams = dict(client.get("hyper_parameters") or {})
         model_path = base_model or hparams.get("model_path")
         if not model_path:
             raise ValueError(f"{path}: the checkpoint records no model_path; pass --base-model")
         module = LitePPO(model_path=model_path, torch_dtype=dtype)
         module.configure_model()
-        state = {k[len("policy."):]: v for k, v in checkpoint.get("state_dict", {}).items() if k.startswith("policy.")}
-        if not state:
-            raise ValueError(f"{path}: no 'policy.*' weights in the checkpoint's state_dict (a DeepSpeed checkpoint folder must be converted first)")
         missing, unexpected = module.policy.load_state_dict(state, strict=False)
         # Tied weights (lm_head = embed_tokens) may be saved under one name only.
         missing = [k for k in missing if not (k == "lm_head.weight" and getattr(module.policy.config, "tie_word_embeddings", False))]
         if missing or unexpected:
             raise ValueError(f"{path}: checkpoint weights do not fit {model_path}: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        module.policy_version = int(checkpoint.get("policy_version", 0))
+        module.policy_version = int(client.get("policy_version", 0))
         module.checkpoint_path = str(path)
         return module
     if path.suffix == ".ckpt" and not path.exists():

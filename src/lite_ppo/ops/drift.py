@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import torch
 
+from lite_ppo.ops.kl import kl_estimate
+
 # |d_t| is clamped at this before exponentiating in k3 so that one absurd token cannot make it inf.
 MAX_LOG_RATIO = 20.0
 
@@ -47,18 +49,6 @@ def _log_ratio(trainer_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, ma
     return d, valid
 
 
-def k3_kl(trainer_logprobs: torch.Tensor, engine_logprobs: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimate of KL(pi_engine || pi_trainer) for engine-sampled tokens:
-    ``exp(d) - 1 - d`` with ``d = trainer - engine`` (clamped to +-MAX_LOG_RATIO). Same shape, float.
-
-    Example:
-        >>> round(k3_kl(torch.tensor([0.0]), torch.tensor([-1.0])).item(), 4)   # e - 1 - 1
-        0.7183
-    """
-    d = (trainer_logprobs.double() - engine_logprobs.double()).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
-    return (torch.expm1(d) - d).to(torch.promote_types(trainer_logprobs.dtype, torch.float32))
-
-
 def drift_sums(trainer_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """Sums over the masked tokens, to be added over micro-batches or ranks before dividing.
 
@@ -66,8 +56,9 @@ def drift_sums(trainer_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, ma
     ``k3`` (sum of k3), and ``max_abs_diff`` (max |d|, 0 when no token is masked in).
     """
     d, valid = _log_ratio(trainer_logprobs, engine_logprobs, mask)
-    clamped = d.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
-    k3 = torch.where(valid, torch.expm1(clamped) - clamped, torch.zeros_like(d))
+    # k3 estimate of KL(pi_engine || pi_trainer) on engine-sampled tokens: exp(d) - 1 - d.
+    # (kl_estimate's log-ratio is ref - logprobs = 0 - (-d) = d; d is 0 off the mask, so k3 is too.)
+    k3 = kl_estimate(-d, torch.zeros_like(d), "k3", clamp=MAX_LOG_RATIO)
     return {
         "tokens": valid.sum().double(),
         "abs_diff": d.abs().sum(),

@@ -45,4 +45,4 @@ def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: s
         return -log_ratio
     if estimator == "k2":
         return 0.5 * log_ratio**2
-    return torch.exp(log_ratio) - log_ratio - 1.0
+    return torch.expm1(log_ratio) - log_ratio  # expm1: exact for the tiny ratios of near-equal policies

@@ -65,8 +65,8 @@ class HFEngine(RolloutEngine):
             input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             attention_mask[row, width - len(ids) :] = 1
         # Greedy samples are identical: generate one per prompt and copy it n times.
-        copies = sampling.n if sampling.greedy else 1
-        kwargs = dict(max_new_tokens=sampling.max_new_tokens, num_return_sequences=sampling.n // copies, eos_token_id=eos_ids, pad_token_id=pad_id)
+        per_prompt = 1 if sampling.greedy else sampling.n
+        kwargs = dict(max_new_tokens=sampling.max_new_tokens, num_return_sequences=per_prompt, eos_token_id=eos_ids, pad_token_id=pad_id)
         if sampling.greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
@@ -80,13 +80,13 @@ class HFEngine(RolloutEngine):
         responses = sequences[:, width:].tolist()
         eos = set(eos_ids)
         result: list[list[Generation]] = []
-        per_prompt = sampling.n // copies
         for p in range(len(prompts)):
             group = []
             for tokens in responses[p * per_prompt : (p + 1) * per_prompt]:
                 end = next((i for i, t in enumerate(tokens) if t in eos), None)
                 # generate pads finished rows; cut after the first EOS, keep the EOS itself
-                gen = Generation(tokens[: end + 1], True) if end is not None else Generation(tokens, False)
-                group.extend(Generation(list(gen.token_ids), gen.finished) for _ in range(copies))
+                group.append(Generation(tokens[: end + 1], True) if end is not None else Generation(tokens, False))
+            if sampling.greedy:  # n independent copies of the one greedy response
+                group += [Generation(list(group[0].token_ids), group[0].finished) for _ in range(sampling.n - 1)]
             result.append(group)
         return result

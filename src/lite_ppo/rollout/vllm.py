@@ -44,7 +44,7 @@ from typing import Literal
 
 import torch
 
-from lite_ppo.model_state import GatherStats, iter_gathered_buckets, transformer_block
+from lite_ppo.model_state import GatherStats, is_partitioned_model, iter_gathered_buckets, transformer_block
 from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig, eos_token_ids
 
 log = logging.getLogger(__name__)
@@ -326,13 +326,15 @@ class VLLMEngine(RolloutEngine):
         # A transformer block's tensors reach vLLM in one bucket: vLLM fuses q/k/v and gate/up
         # into one layer and processes a layer only once all of its pieces have been loaded.
         buckets = iter_gathered_buckets(policy, self.sync_bucket_bytes, stats=stats, group_by=transformer_block)
+        # A gathered ZeRO-3 tensor goes back to its partition with the next bucket: copy those only.
+        copy = is_partitioned_model(policy)
         with _quiet_partial_reload():
             if self._in_process:
                 # One reload pass, fed lazily: at most one bucket of converted weights is alive.
-                self._reload(self._converted(buckets))
+                self._reload(self._converted(buckets, copy))
             else:  # GPU-only: workers in other processes; one RPC per bucket, tensors on the host
                 for bucket in buckets:
-                    self._reload(list(self._converted([bucket], device="cpu")))
+                    self._reload(list(self._converted([bucket], copy, device="cpu")))
         self._llm.reset_prefix_cache()
         self.last_sync_buckets = stats.buckets
         self.last_sync_seconds = time.perf_counter() - start
@@ -340,14 +342,11 @@ class VLLMEngine(RolloutEngine):
     def _reload(self, weights) -> None:
         self._llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=weights, is_checkpoint_format=True))
 
-    def _converted(self, buckets, device: str | None = None) -> Iterator[tuple[str, torch.Tensor]]:
-        """Copies of every tensor in the engine's dtype (and on ``device``), a bucket at a time.
-
-        Always copies: a gathered ZeRO-3 tensor's storage goes back to its partition as soon as the
-        next bucket is gathered, and one bucket of copies is a bounded cost.
-        """
+    def _converted(self, buckets, copy: bool, device: str | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every tensor in the engine's dtype (and on ``device``), a bucket at a time; ``copy``
+        forces a copy even where the dtype and device already match (gathered ZeRO-3 tensors)."""
         for bucket in buckets:
-            converted = [(name, t.to(device=device or t.device, dtype=self._engine_dtype, copy=True).contiguous()) for name, t in bucket]
+            converted = [(name, t.to(device=device or t.device, dtype=self._engine_dtype, copy=copy).contiguous()) for name, t in bucket]
             yield from converted
             del converted
 

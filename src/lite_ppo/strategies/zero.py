@@ -60,11 +60,6 @@ def deepspeed_engine(trainer: "Trainer | None"):
     return engine if isinstance(engine, DeepSpeedEngine) else None
 
 
-def is_zero3_partitioned(module: torch.nn.Module) -> bool:
-    """True when ``module``'s parameters are ZeRO-3 partitioned (they carry a ``ds_id``)."""
-    return any(hasattr(p, "ds_id") for p in module.parameters())
-
-
 def begin_micro_batch(trainer: "Trainer | None") -> None:
     """Call before the forward pass of every micro-batch whose loss goes to ``manual_backward``.
 
