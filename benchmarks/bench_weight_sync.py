@@ -115,15 +115,30 @@ def bench(name: str, bucket_bytes: int, repeats: int, engine_on: bool) -> dict:
         "bucket_MiB": bucket_bytes / 2**20,
     }
 
-    peak = {"bytes": 0}
+    # The peak of gathered bytes is measured in one extra, untimed pass: walking every parameter
+    # after each tensor would otherwise sit inside the timed region.
+    peak = {"bytes": 0, "track": False}
+
+    def tracked(iterator):
+        for item in iterator:
+            if peak["track"]:
+                peak["bytes"] = max(peak["bytes"], _present_bytes(params))
+            yield item
 
     def drain(iterator) -> None:
-        for _, tensor in iterator:
-            peak["bytes"] = max(peak["bytes"], _present_bytes(params))
-            tensor.sum()  # touch it
+        for _ in tracked(iterator):
+            pass
 
-    out["gather_s"], out["gather_rss_MiB"] = _timed(lambda: drain(iter_gathered_state(policy, bucket_bytes)), repeats)
-    out["gather_peak_gathered_MiB"] = peak["bytes"] / 2**20
+    def untimed_peak(fn) -> float:
+        peak.update(bytes=0, track=True)
+        torch.distributed.barrier()
+        fn()
+        peak["track"] = False
+        return peak["bytes"] / 2**20
+
+    gather = lambda: drain(iter_gathered_state(policy, bucket_bytes))  # noqa: E731
+    out["gather_s"], out["gather_rss_MiB"] = _timed(gather, repeats)
+    out["gather_peak_gathered_MiB"] = untimed_peak(gather)
 
     if engine_on:
         from lite_ppo.rollout.vllm import VLLMEngine
@@ -146,17 +161,12 @@ def bench(name: str, bucket_bytes: int, repeats: int, engine_on: bool) -> dict:
         out["sync_s"], out["sync_rss_MiB"] = _timed(lambda: engine.sync_weights(policy), repeats)
 
         def push() -> None:
-            def tracked():
-                for item in iter_gathered_state(policy, bucket_bytes, copy=True):
-                    peak["bytes"] = max(peak["bytes"], _present_bytes(params))
-                    yield item
-
-            engine.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=tracked(), is_checkpoint_format=True))
+            weights = tracked(iter_gathered_state(policy, bucket_bytes, copy=True))
+            engine.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=weights, is_checkpoint_format=True))
             engine.llm.reset_prefix_cache()
 
-        peak["bytes"] = 0
         out["push_s"], out["push_rss_MiB"] = _timed(push, repeats)
-        out["push_peak_gathered_MiB"] = peak["bytes"] / 2**20
+        out["push_peak_gathered_MiB"] = untimed_peak(push)
 
         # sanity: after the sync vLLM continues a prompt greedily like the (changed) partitioned policy
         hf = HFEngine()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from lite_ppo.callbacks.rollout import Rollout
 from lite_ppo.hooks import Technique
 from lite_ppo.ops.drift import truncated_importance_weights
 from lite_ppo.rollout.batch import RolloutBatch
@@ -46,10 +47,8 @@ class TruncatedImportanceSampling(Technique):
 
     def on_fit_start(self, trainer, pl_module) -> None:
         # Fail before the first (possibly long) generation when the engine cannot report log-probs.
-        for callback in trainer.callbacks:
-            engine = getattr(callback, "engine", None)
-            if engine is None or not hasattr(engine, "generate"):
-                continue
+        for rollout in (cb for cb in trainer.callbacks if isinstance(cb, Rollout)):
+            engine = rollout.engine
             if getattr(engine, "return_logprobs", None) is False or engine.shares_policy_weights:
                 raise ValueError(_no_logprobs_message(type(engine).__name__))
 
@@ -57,10 +56,9 @@ class TruncatedImportanceSampling(Technique):
         if batch.engine_logprobs is None:
             raise RuntimeError(_no_logprobs_message("the rollout engine"))
         weights, capped = truncated_importance_weights(batch.old_logprobs, batch.engine_logprobs, batch.response_mask, self.cap)
-        weights = weights.to(batch.old_logprobs.device)
         batch.token_weights = weights if batch.token_weights is None else batch.token_weights * weights
-        mask = batch.response_mask.bool()
-        sums = torch.stack([weights[mask].double().sum(), capped.double().sum(), mask.double().sum()])
+        mask = batch.response_mask.double()
+        sums = torch.stack([(weights.double() * mask).sum(), capped.double().sum(), mask.sum()])
         if trainer.world_size > 1:
             sums = trainer.strategy.reduce(sums.to(module.device), reduce_op="sum").cpu()
         tokens = sums[2].clamp(min=1)
