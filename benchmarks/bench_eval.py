@@ -8,10 +8,10 @@ and how often the two engines' greedy responses and verdicts agree problem by pr
 
 Usage::
 
-    python benchmarks/bench_eval.py --data-dir ../shared/data/eval
-    python benchmarks/bench_eval.py --data-dir ../shared/data/eval --engines vllm --max-new-tokens 1024
+    python benchmarks/bench_eval.py --data-dir DIR_OF_BENCHMARK_FILES
+    python benchmarks/bench_eval.py --data-dir DIR_OF_BENCHMARK_FILES --engines vllm --max-new-tokens 1024
     # a smoke run (seconds):
-    python benchmarks/bench_eval.py --data-dir ../shared/data/eval --model builtin:tiny --gsm8k 2 --math500 2 --max-new-tokens 8
+    python benchmarks/bench_eval.py --data-dir DIR_OF_BENCHMARK_FILES --model builtin:tiny --gsm8k 2 --math500 2 --max-new-tokens 8
 
 A benchmark's wall time is generation plus scoring of its problems; the engine's start-up is
 reported on its own line, and the whole process time (imports, model load, start-up) on another;

@@ -28,9 +28,9 @@ COLUMNS = [
     ("generation s", "time/generation_s"),
     ("reward s", "time/reward_s"),
     ("old logp s", "time/old_logprobs_s"),
-    ("train s", "time/training_s"),
+    ("train s", "time/update_s"),
     ("gen tok/s", "time/generation_tokens_per_s"),
-    ("train tok/s", "time/training_tokens_per_s"),
+    ("train tok/s", "time/update_tokens_per_s"),
     ("resp len", "response/length_mean"),
 ]
 

@@ -1,6 +1,8 @@
 """The technique callbacks (one per file) and the rollout callback. Shipped as ``lite_ppo.callbacks``."""
 
+from lite_ppo.callbacks.advisor import TechniqueAdvisor
 from lite_ppo.callbacks.clip_higher import ClipHigher
+from lite_ppo.callbacks.console import ConsoleProgressBar
 from lite_ppo.callbacks.diagnostics import Diagnostics
 from lite_ppo.callbacks.dynamic_sampling import DynamicSampling
 from lite_ppo.callbacks.evaluation import Evaluation
@@ -16,6 +18,7 @@ from lite_ppo.callbacks.rollout import Rollout
 __all__ = [
     "AdvantageNormalization",
     "ClipHigher",
+    "ConsoleProgressBar",
     "Diagnostics",
     "DynamicSampling",
     "Evaluation",
@@ -25,5 +28,6 @@ __all__ = [
     "OverlongFilter",
     "OverlongRewardShaping",
     "Rollout",
+    "TechniqueAdvisor",
     "TruncatedImportanceSampling",
 ]

@@ -1,4 +1,4 @@
-"""Clip-Higher (DAPO): a wider upper clip bound, optionally with dual clip (PAPER.md technique 2)."""
+"""Clip-Higher (DAPO): a wider upper clip bound, optionally with dual clip (docs/method.md, technique 2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Diagnostics: the training-state measurements the paper says technique choices should follow."""
+"""Diagnostics: the training-state measurements the paper says technique choices should follow,
+and the TensorBoard layout and hyper-parameters that present them."""
 
 from __future__ import annotations
 
@@ -7,71 +8,55 @@ from typing import Any
 
 import torch
 
-from lite_ppo.hooks import Technique
+from lite_ppo import metric_names as names
+from lite_ppo.hooks import Technique, techniques_of
 from lite_ppo.ops.correlation import pearson_correlation
 from lite_ppo.ops.group_outcomes import group_outcome_shares
 from lite_ppo.ops.repetition import repetition_shares
+from lite_ppo.rewards import STATUSES
 from lite_ppo.rollout.batch import RolloutBatch
-
-CORRECT_STATUS = "correct"
 
 
 class Diagnostics(Technique):
-    """Logs, every training step, what PAPER.md's "What the paper says to measure" asks for, overall
-    and per difficulty tier (``extras["tier"]``). It changes nothing in the batch.
+    """Logs, every training step, the measurements the paper says technique choices should follow,
+    overall and per difficulty tier (``extras["tier"]``). It changes nothing in the batch. The tags
+    and their meanings are documented in one place, :data:`lite_ppo.metric_names.SCALARS` (the
+    README's table is rendered from it).
 
     Two views of one step:
 
-    - **Generation** (``reward/*``, ``groups/*``, ``response/*``, ``tier/<t>/*`` except the two
-      update-side ones): every response generated for the step, collected in ``on_rollout``, so with
-      dynamic sampling all refill rounds and the dropped groups count: this is how the policy
-      behaves. Correctness is the verifier's verdict (``extras["reward_status"] == "correct"``,
-      else ``reward > correct_threshold``), unaffected by reward shaping.
-    - **Update** (``update/*``, ``clip/*_given_*``, ``tier/<t>/advantage_nonzero_rate``,
-      ``tier/<t>/loss_token_share``): the batch the optimizer saw, read in ``on_update_end``, after
-      advantages and loss masks.
+    - **Generation** (``reward/*``, ``groups/*``, ``prompt/*``, ``response/*``, ``tier/<t>/*``
+      except the two update-side ones): every response generated for the step, so with dynamic
+      sampling all refill rounds and the dropped groups count: this is how the policy behaves.
+      Correctness is the verifier's verdict, ``RolloutBatch.correct``, which reward shaping does not
+      change. ``reward/mean`` and ``reward/std`` are the rewards after every technique's
+      ``on_rollout`` shaping, whatever the order of the callbacks (the batches are read when the
+      step's update ends, not when this callback's ``on_rollout`` runs).
+    - **Update** (``update/*``, ``tier/<t>/advantage_nonzero_share``,
+      ``tier/<t>/share_of_loss_tokens``): the batch the optimizer saw, read in ``on_update_end``,
+      after advantages and loss masks. The module logs the token-level ones itself (``clip/*``,
+      ``policy/*``, ``loss/*``, ``update/grad_norm``, ...).
 
-    Every value is global (all data-parallel ranks). What the module already logs is reused, not
-    recomputed: ``clip/upper``, ``clip/lower`` (shares of all loss tokens clipped at 1 + eps_high with
-    A > 0, at 1 - eps_low with A < 0), ``clip/*_inactive``, ``clip/dual``, ``policy/entropy``,
-    ``policy/approx_kl``, ``policy/ratio_{mean,min,max}`` and ``train/advantage_nonzero_rate``.
+    ``tier/<t>/*`` is logged only on steps whose responses span two or more tiers (with one tier it
+    would repeat the global values). Every value is global (all data-parallel ranks).
 
-    Scalars:
+    At fit start, with a TensorBoard logger, it also writes the custom-scalars layout (the CUSTOM
+    SCALARS tab: the paper's key panels, :data:`lite_ppo.metric_names.CUSTOM_SCALARS_LAYOUT`) and
+    the run's hyper-parameters (model, data and technique settings) for the HPARAMS tab, with
+    :data:`~lite_ppo.metric_names.HPARAM_METRICS` as its metric columns.
 
-    - ``reward/mean``, ``reward/std`` (Bessel), ``reward/accuracy``: the rewards as the estimator sees
-      them (after shaping by techniques listed before this one) and the verified-correct share.
-    - ``groups/all_correct``, ``groups/all_wrong``, ``groups/mixed``: shares of prompts whose G
-      responses are all correct / all wrong / mixed.
-    - ``response/length_mean``, ``response/length_max``, ``response/truncation_rate`` (no EOS within
-      the limit), and a TensorBoard histogram ``response/length`` (per tier ``tier/<t>/length``).
-    - histogram ``groups/correct_per_group``: how many of each prompt's G responses are correct.
-    - ``response/repetition_rate_truncated``: share of truncated responses that are repetitive;
-      ``response/repeated_ngram_share_truncated``: their mean repeated n-gram share;
-      ``response/repetition_rate_finished``: the same rate among responses that stopped, for
-      contrast. Definition in :mod:`lite_ppo.ops.repetition`: over the last ``repetition_window``
-      tokens, the share of ``ngram``-gram positions repeating an earlier n-gram of that span; a
-      response is repetitive when the share is >= ``repetition_threshold``. 0 when there are none.
-    - ``update/advantage_mean``, ``update/advantage_std``, ``update/length_advantage_corr`` (Pearson
-      correlation of response length and advantage over the trained responses; 0 when either is
-      constant), ``update/loss_token_share`` (loss tokens / response tokens: what overlong filtering
-      removed), ``update/positive_token_share``, ``update/negative_token_share`` (loss tokens with
-      A > 0, A < 0).
-    - ``clip/upper_given_pos`` = ``clip/upper`` / positive_token_share: the share of A > 0 tokens
-      clipped at the upper bound (near 0: Clip-Higher cannot matter); ``clip/lower_given_neg``
-      likewise for A < 0.
-    - per tier ``tier/<t>/``: ``prompt_share``, ``accuracy``, ``reward_mean``, ``reward_std``,
-      ``length_mean``, ``length_max``, ``truncation_rate``, ``repetition_rate_truncated``,
-      ``groups_all_correct``, ``groups_all_wrong``, ``groups_mixed`` (generation), and
-      ``advantage_nonzero_rate``, ``loss_token_share`` (the tier's share of all loss tokens: how
-      much of the gradient it drives) (update).
+    Repetition (``response/repetition_rate_*``): over the last ``repetition_window`` tokens, the
+    share of ``ngram``-gram positions repeating an earlier n-gram of that span
+    (:mod:`lite_ppo.ops.repetition`); a response is repetitive when the share is
+    >= ``repetition_threshold``. 0 when there are no such responses.
 
     Args:
         per_tier: log the ``tier/<t>/*`` breakdown.
-        histograms: write length histograms when the logger is TensorBoard.
+        histograms: write length histograms when the logger is TensorBoard (``response/length``,
+            ``groups/correct_per_group``, ``tier/<t>/length``).
         ngram, repetition_window, repetition_threshold: the repetition definition above
             (``repetition_window`` null: whole responses).
-        correct_threshold: reward above which a response counts as correct when the batch has no
-            verifier statuses.
+        layout: write the custom-scalars layout and the hyper-parameters at fit start.
 
     Example (on by default through the CLI's ``diagnostics:`` section; standalone)::
 
@@ -88,7 +73,7 @@ class Diagnostics(Technique):
         ngram: int = 4,
         repetition_window: int | None = 256,
         repetition_threshold: float = 0.5,
-        correct_threshold: float = 0.5,
+        layout: bool = True,
     ) -> None:
         if ngram < 1:
             raise ValueError(f"Diagnostics.ngram must be >= 1, got {ngram}")
@@ -101,23 +86,36 @@ class Diagnostics(Technique):
         self.ngram = ngram
         self.repetition_window = repetition_window
         self.repetition_threshold = repetition_threshold
-        self.correct_threshold = correct_threshold
-        self._generated: list[dict[str, Any]] = []
+        self.layout = layout
+        self._generated: list[RolloutBatch] = []
 
     # -- hooks -----------------------------------------------------------------------------------
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if self.layout and trainer.global_rank == 0:
+            for writer in _tensorboard_writers(trainer):
+                writer.add_custom_scalars(names.CUSTOM_SCALARS_LAYOUT)
+                _write_hparams(writer, run_hparams(trainer, pl_module))
+
     def on_rollout(self, trainer, module, batch: RolloutBatch) -> None:
-        self._generated.append(self.generation_record(batch))
+        # Kept by reference and read at update end, so the rewards are those after every
+        # technique's shaping, before or after this callback in the list.
+        self._generated.append(batch)
 
     def on_update_end(self, trainer, module, batch: RolloutBatch, stats: dict[str, torch.Tensor]) -> None:
-        generated = self._generated or [self.generation_record(batch)]
+        generated = [self.generation_record(b) for b in (self._generated or [batch])]
         self._generated = []
         world = trainer.world_size if trainer is not None else 1
         # Group ids restart in every record (refill round, rank): merge_records keeps them distinct.
         gen = merge_records([r for rank in _gather_objects(generated, world) for r in rank])
         upd = merge_records(_gather_objects(self.update_record(batch), world))
-        metrics = self.generation_metrics(gen)
-        metrics.update(self.update_metrics(upd, stats))
-        module.log_dict({k: torch.tensor(float(v)) for k, v in metrics.items()}, on_step=True, on_epoch=False, batch_size=max(batch.num_responses, 1))
+        split_tiers = self.per_tier and len(_tier_rows(gen["tier"])) > 1
+        metrics = self.generation_metrics(gen, split_tiers)
+        metrics.update(self.update_metrics(upd, split_tiers))
+        live = {names.REWARD_ACCURACY, names.RESPONSE_LENGTH}  # also shown in the progress bar
+        size = max(batch.num_responses, 1)
+        for prog_bar in (False, True):
+            part = {k: torch.tensor(float(v)) for k, v in metrics.items() if (k in live) == prog_bar}
+            module.log_dict(part, on_step=True, on_epoch=False, batch_size=size, prog_bar=prog_bar)
         if self.histograms:
             self._write_histograms(trainer, gen)
 
@@ -125,14 +123,17 @@ class Diagnostics(Technique):
     def generation_record(self, batch: RolloutBatch) -> dict[str, Any]:
         """The per-response facts of a generated batch that the generation metrics need."""
         rep = repetition_shares(batch.response_ids, batch.response_lengths, self.ngram, self.repetition_window)
+        n = batch.num_responses
         return {
             "reward": batch.rewards.detach().double().cpu(),
-            "correct": correct_flags(batch, self.correct_threshold).cpu(),
+            "correct": batch.correct.detach().cpu().bool(),
             "length": batch.response_lengths.detach().cpu().long(),
+            "prompt_length": batch.attention_mask[:, : batch.prompt_width].detach().sum(-1).cpu().long(),
             "truncated": batch.truncated.detach().cpu().bool(),
             "repetition": rep.double(),
             "group": batch.group_ids.detach().cpu().long(),
-            "tier": list(batch.extras.get("tier", [None] * batch.num_responses)),
+            "tier": list(batch.extras.get("tier", [None] * n)),
+            "status": list(batch.extras.get("reward_status", [None] * n)),
         }
 
     def update_record(self, batch: RolloutBatch) -> dict[str, Any]:
@@ -148,31 +149,50 @@ class Diagnostics(Technique):
         }
 
     # -- metrics -----------------------------------------------------------------------------------
-    def generation_metrics(self, rec: dict[str, Any]) -> dict[str, float]:
-        """Scalars of the generated responses (see the class docstring)."""
-        out: dict[str, float] = {}
-        summary = self._generation_summary(rec)
-        out["reward/mean"], out["reward/std"], out["reward/accuracy"] = summary["reward_mean"], summary["reward_std"], summary["accuracy"]
-        for k in ("all_correct", "all_wrong", "mixed"):
-            out[f"groups/{k}"] = summary[f"groups_{k}"]
-        for k in ("length_mean", "length_max", "truncation_rate", "repetition_rate_truncated", "repeated_ngram_share_truncated", "repetition_rate_finished"):
-            out[f"response/{k}"] = summary[k]
-        if self.per_tier:
-            n_groups = max(summary["_groups"], 1)
-            for tier, idx in _tier_rows(rec["tier"]).items():
-                s = self._generation_summary(_select(rec, idx))
-                prefix = f"tier/{tier}/"
-                out[prefix + "prompt_share"] = s["_groups"] / n_groups
-                for k in ("accuracy", "reward_mean", "reward_std", "length_mean", "length_max", "truncation_rate", "repetition_rate_truncated", "groups_all_correct", "groups_all_wrong", "groups_mixed"):
-                    out[prefix + k] = s[k]
+    def generation_metrics(self, rec: dict[str, Any], split_tiers: bool | None = None) -> dict[str, float]:
+        """Scalars of the generated responses (see ``lite_ppo.metric_names.SCALARS``); the
+        ``tier/<t>/*`` breakdown when ``split_tiers`` (None: when ``rec`` spans several tiers)."""
+        s = self._generation_summary(rec)
+        out: dict[str, float] = {
+            names.REWARD_ACCURACY: s["accuracy"],
+            names.REWARD_MEAN: s["reward_mean"],
+            names.REWARD_STD: s["reward_std"],
+            names.GROUPS_ALL_CORRECT: s["groups_all_correct"],
+            names.GROUPS_ALL_WRONG: s["groups_all_wrong"],
+            names.GROUPS_MIXED: s["groups_mixed"],
+            names.PROMPT_LENGTH: s["prompt_length_mean"],
+            "prompt/length_max": s["prompt_length_max"],
+            names.RESPONSE_LENGTH: s["length_mean"],
+            "response/length_max": s["length_max"],
+            names.TRUNCATION_RATE: s["truncation_rate"],
+            names.REPETITION_TRUNCATED: s["repetition_rate_truncated"],
+            "response/repetition_rate_finished": s["repetition_rate_finished"],
+        }
+        # Steps without a correct (wrong) response have no point rather than a misleading 0.
+        if s["length_mean_correct"] is not None:
+            out[names.RESPONSE_LENGTH_CORRECT] = s["length_mean_correct"]
+        if s["length_mean_wrong"] is not None:
+            out[names.RESPONSE_LENGTH_WRONG] = s["length_mean_wrong"]
+        statuses = [st for st in rec["status"] if st is not None]
+        if statuses:  # the verifier's other verdicts (``correct`` is reward/accuracy)
+            for status in STATUSES:
+                if status != CORRECT:
+                    out[names.reward_status_rate(status)] = sum(st == status for st in statuses) / len(statuses)
+        tiers = _tier_rows(rec["tier"])
+        if split_tiers if split_tiers is not None else (self.per_tier and len(tiers) > 1):
+            n_groups = max(s["groups"], 1)
+            for tier, idx in tiers.items():
+                t = self._generation_summary(_select(rec, idx))
+                out[names.tier_tag(tier, "share_of_prompts")] = t["groups"] / n_groups
+                for k in ("accuracy", "length_mean", "truncation_rate", "repetition_rate_truncated", "groups_all_correct", "groups_all_wrong", "groups_mixed"):
+                    out[names.tier_tag(tier, k)] = t[k]
         return out
 
-    def _generation_summary(self, rec: dict[str, Any]) -> dict[str, float]:
+    def _generation_summary(self, rec: dict[str, Any]) -> dict[str, Any]:
         reward, correct, length = rec["reward"], rec["correct"], rec["length"].double()
-        truncated, rep = rec["truncated"], rec["repetition"]
+        truncated, rep, prompt = rec["truncated"], rec["repetition"], rec["prompt_length"].double()
         n = reward.numel()
         repetitive = rep >= self.repetition_threshold
-        finished = ~truncated
         shares = group_outcome_shares(correct.double(), rec["group"]) if n else {"all_correct": 0.0, "all_wrong": 0.0, "mixed": 0.0}
         return {
             "reward_mean": float(reward.mean()) if n else 0.0,
@@ -183,45 +203,41 @@ class Diagnostics(Technique):
             "groups_mixed": float(shares["mixed"]),
             "length_mean": float(length.mean()) if n else 0.0,
             "length_max": float(length.max()) if n else 0.0,
+            "length_mean_correct": float(length[correct].mean()) if correct.any() else None,
+            "length_mean_wrong": float(length[~correct].mean()) if (~correct).any() else None,
+            "prompt_length_mean": float(prompt.mean()) if n else 0.0,
+            "prompt_length_max": float(prompt.max()) if n else 0.0,
             "truncation_rate": float(truncated.double().mean()) if n else 0.0,
             "repetition_rate_truncated": _rate(repetitive, truncated),
-            "repeated_ngram_share_truncated": float(rep[truncated].mean()) if truncated.any() else 0.0,
-            "repetition_rate_finished": _rate(repetitive, finished),
-            "_groups": int(torch.unique(rec["group"]).numel()) if n else 0,
+            "repetition_rate_finished": _rate(repetitive, ~truncated),
+            "groups": int(torch.unique(rec["group"]).numel()) if n else 0,
         }
 
-    def update_metrics(self, rec: dict[str, Any], stats: dict[str, torch.Tensor]) -> dict[str, float]:
-        """Scalars of the trained batch, plus the sign-conditional clip rates from the module's ``clip/*``."""
+    def update_metrics(self, rec: dict[str, Any], split_tiers: bool | None = None) -> dict[str, float]:
+        """Scalars of the trained batch (the token-level ones are the module's); ``split_tiers`` as
+        in :meth:`generation_metrics`."""
         adv, loss_tokens, resp_tokens = rec["advantage"], rec["loss_tokens"], rec["response_tokens"]
         n = adv.numel()
         total_loss_tokens = float(loss_tokens.sum())
-        denom = max(total_loss_tokens, 1.0)
-        pos_share = float(loss_tokens[adv > 0].sum()) / denom
-        neg_share = float(loss_tokens[adv < 0].sum()) / denom
         out = {
-            "update/advantage_mean": float(adv.mean()) if n else 0.0,
-            "update/advantage_std": float(adv.std()) if n > 1 else 0.0,
-            "update/length_advantage_corr": float(pearson_correlation(rec["length"].double(), adv)),
-            "update/loss_token_share": total_loss_tokens / max(float(resp_tokens.sum()), 1.0),
-            "update/positive_token_share": pos_share,
-            "update/negative_token_share": neg_share,
+            names.ADVANTAGE_MEAN: float(adv.mean()) if n else 0.0,
+            names.ADVANTAGE_STD: float(adv.std()) if n > 1 else 0.0,
+            names.ADVANTAGE_MIN: float(adv.min()) if n else 0.0,
+            names.ADVANTAGE_MAX: float(adv.max()) if n else 0.0,
+            names.LENGTH_ADVANTAGE_CORR: float(pearson_correlation(rec["length"].double(), adv)),
+            names.LOSS_TOKEN_FRACTION: total_loss_tokens / max(float(resp_tokens.sum()), 1.0),
         }
-        if "clip/upper" in stats:
-            out["clip/upper_given_pos"] = float(stats["clip/upper"]) / pos_share if pos_share > 0 else 0.0
-        if "clip/lower" in stats:
-            out["clip/lower_given_neg"] = float(stats["clip/lower"]) / neg_share if neg_share > 0 else 0.0
-        if self.per_tier:
-            for tier, idx in _tier_rows(rec["tier"]).items():
-                out[f"tier/{tier}/advantage_nonzero_rate"] = float((adv[idx].abs() > 1e-8).double().mean())
-                out[f"tier/{tier}/loss_token_share"] = float(loss_tokens[idx].sum()) / denom
+        tiers = _tier_rows(rec["tier"])
+        if split_tiers if split_tiers is not None else (self.per_tier and len(tiers) > 1):
+            for tier, idx in tiers.items():
+                out[names.tier_tag(tier, "advantage_nonzero_share")] = float((adv[idx].abs() > 1e-8).double().mean())
+                out[names.tier_tag(tier, "share_of_loss_tokens")] = float(loss_tokens[idx].sum()) / max(total_loss_tokens, 1.0)
         return out
 
     def _write_histograms(self, trainer, rec: dict[str, Any]) -> None:
         if trainer is None or trainer.global_rank != 0 or rec["length"].numel() == 0:
             return
-        from lightning.pytorch.loggers import TensorBoardLogger
-
-        writers = [lg.experiment for lg in getattr(trainer, "loggers", []) if isinstance(lg, TensorBoardLogger)]
+        writers = _tensorboard_writers(trainer)
         if not writers:
             return
         # The step Lightning logs this training step's scalars at (as LearningRateMonitor does).
@@ -232,19 +248,12 @@ class Diagnostics(Technique):
         for writer in writers:
             writer.add_histogram("response/length", rec["length"], step)
             writer.add_histogram("groups/correct_per_group", correct_per_group, step)
-            for tier, idx in tiers.items():
-                writer.add_histogram(f"tier/{tier}/length", rec["length"][idx], step)
+            if len(tiers) > 1:
+                for tier, idx in tiers.items():
+                    writer.add_histogram(f"tier/{tier}/length", rec["length"][idx], step)
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-def correct_flags(batch: RolloutBatch, threshold: float = 0.5) -> torch.Tensor:
-    """[B] bool: the verifier said correct (``extras["reward_status"]``), else ``reward > threshold``."""
-    statuses = batch.extras.get("reward_status")
-    if statuses is not None and len(statuses) == batch.num_responses:
-        return torch.tensor([s == CORRECT_STATUS for s in statuses], dtype=torch.bool)
-    return (batch.rewards.detach().cpu() > threshold).bool()
-
-
 def merge_records(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Concatenate records, offsetting group ids so that groups of different records stay distinct."""
     out: dict[str, Any] = {}
@@ -292,3 +301,44 @@ def _gather_objects(obj: Any, world_size: int) -> list[Any]:
     out: list[Any] = [None] * world_size
     dist.all_gather_object(out, obj)
     return out
+
+
+CORRECT = "correct"  # the verifier status of a right answer (lite_ppo.rewards.STATUSES)
+
+
+def _tensorboard_writers(trainer) -> list:
+    """The SummaryWriters of the trainer's TensorBoard loggers (none without one)."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    return [lg.experiment for lg in getattr(trainer, "loggers", []) if isinstance(lg, TensorBoardLogger)]
+
+
+def run_hparams(trainer, module) -> dict[str, Any]:
+    """The settings that tell runs apart, flat and TensorBoard-typed: the module's and data module's
+    init arguments and every technique's public settings (``technique/<Class>/<field>``)."""
+    out: dict[str, Any] = {}
+    sources = {"model": dict(getattr(module, "hparams", {}) or {})}
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is not None:
+        sources["data"] = dict(getattr(datamodule, "hparams", {}) or {})
+    for prefix, values in sources.items():
+        for key, value in values.items():
+            out[f"{prefix}/{key}"] = value
+    techniques = techniques_of(trainer)
+    out["techniques"] = ",".join(type(t).__name__ for t in techniques)
+    for t in techniques:
+        for key, value in vars(t).items():
+            if not key.startswith("_") and isinstance(value, (int, float, str, bool, type(None))):
+                out[f"technique/{type(t).__name__}/{key}"] = value
+    return {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in out.items()}
+
+
+def _write_hparams(writer, params: dict[str, Any]) -> None:
+    """The HPARAMS tab's entry for this run. Only the metric tags are declared: TensorBoard reads
+    their values from the run's own scalars, so no placeholder value is logged."""
+    from torch.utils.tensorboard.summary import hparams
+
+    experiment, start, end = hparams(params, {tag: 0.0 for tag in names.HPARAM_METRICS})
+    file_writer = writer._get_file_writer()
+    for summary in (experiment, start, end):
+        file_writer.add_summary(summary)

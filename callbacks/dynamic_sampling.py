@@ -1,4 +1,4 @@
-"""Dynamic sampling (DAPO): drop groups whose responses are all correct or all wrong (PAPER.md technique 5)."""
+"""Dynamic sampling (DAPO): drop groups whose responses are all correct or all wrong (the paper's technique 5)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,6 @@ from lite_ppo.hooks import Technique
 from lite_ppo.ops.dynamic_sampling import mixed_group_mask
 from lite_ppo.rollout.batch import RolloutBatch
 
-CORRECT_STATUS = "correct"
-
-
 class DynamicSampling(Technique):
     """Keeps only the groups (all G responses of one prompt) whose responses disagree.
 
@@ -23,9 +20,8 @@ class DynamicSampling(Technique):
 
     Args:
         metric: what "all the same" is judged on.
-            ``correct`` (DAPO's accuracy): the verifier's verdict, ``extras["reward_status"] ==
-            "correct"``, so reward shaping (e.g. the overlong penalty) does not make an all-wrong
-            group look mixed; batches without statuses fall back to ``reward > 0.5``.
+            ``correct`` (DAPO's accuracy): the verifier's verdict, ``RolloutBatch.correct``, so
+            reward shaping (e.g. the overlong penalty) does not make an all-wrong group look mixed.
             ``reward``: the (possibly shaped) rewards themselves; a group is dropped when all its
             rewards are equal.
 
@@ -45,10 +41,7 @@ class DynamicSampling(Technique):
     def scores(self, batch: RolloutBatch) -> torch.Tensor:
         """[B] the per-response values whose equality within a group drops it."""
         if self.metric == "correct":
-            statuses = batch.extras.get("reward_status")
-            if statuses is not None and len(statuses) == batch.num_responses:
-                return torch.tensor([s == CORRECT_STATUS for s in statuses], dtype=torch.float32, device=batch.rewards.device)
-            return (batch.rewards > 0.5).float()
+            return batch.correct.to(batch.rewards.device).float()
         return batch.rewards.float()
 
     def keep_groups(self, trainer, module, batch: RolloutBatch) -> torch.Tensor:

@@ -10,6 +10,7 @@ from typing import Any
 from lightning.pytorch import Callback
 
 from lite_ppo.callbacks.rollout import Rollout
+from lite_ppo.errors import UserError
 from lite_ppo.evaluation.benchmarks import apply_limit, load_benchmark_config, load_benchmarks, resolve_data_dir
 from lite_ppo.evaluation.data import benchmark_items, items_loader
 from lite_ppo.evaluation.metrics import flatten
@@ -46,11 +47,14 @@ class Evaluation(Callback):
     accuracy before and after training (after = the last validation run).
 
     Args:
-        benchmarks: a benchmark YAML (``configs/eval/benchmarks.yaml``), comma-separated registry
-            names (``"math500,aime24"``), a list of ``{name, file, title?, limit?, in_average?}``
-            / registry names, or None for the built-in list of seven.
-        data_dir: folder holding the benchmark files (else the YAML's ``data_dir``, else
-            ``$LITE_PPO_EVAL_DIR``). The files are not shipped with the project.
+        benchmarks: a benchmark YAML (``configs/eval/benchmarks.yaml``), comma-separated dataset
+            names (``"math500,aime24"``; ``"paper"`` = the paper's six), a list of
+            ``{name, file, title?, limit?, in_average?}`` / dataset names, or None for the built-in
+            list of seven. Named sets come from the package (MATH-500, GSM8K) or the user cache
+            (``lite-ppo data fetch NAME``; fetched on first use where the Hub is reachable).
+        data_dir: folder of benchmark files named like the registry's (``aime24.jsonl``); wins
+            over the shipped and cached copies (else the YAML's ``data_dir``, else
+            ``$LITE_PPO_EVAL_DIR``).
         limit: evaluate only the first ``limit`` problems of each benchmark (on top of per-benchmark limits).
         batch_size: problems per validation batch (global; split across ranks).
         pass_k: the k of pass@k (default: powers of two up to n, and n).
@@ -68,8 +72,7 @@ class Evaluation(Callback):
           callbacks:
             - class_path: lite_ppo.callbacks.Evaluation
               init_args:
-                benchmarks: configs/eval/benchmarks.yaml
-                data_dir: ../shared/data/eval
+                benchmarks: paper             # or configs/eval/benchmarks.yaml, "math500,gsm8k", ...
                 limit: 100
                 evaluate_before_training: true
         rollout:
@@ -129,7 +132,7 @@ class Evaluation(Callback):
             raise ValueError("Evaluation needs the lite_ppo.callbacks.Rollout callback (it generates the validation responses)")
         n = rollout.eval_sampling.n
         if self.pass_k and max(self.pass_k) > n:
-            raise ValueError(f"Evaluation.pass_k={self.pass_k} needs rollout.eval_sampling.n >= {max(self.pass_k)} samples per problem, got n={n}")
+            raise UserError(f"Evaluation.pass_k={self.pass_k} needs rollout.eval_sampling.n >= {max(self.pass_k)} samples per problem, got n={n}")
         self.metrics = GroupMetrics([s.name for s, _ in self.benchmarks], num_samples=n, ks=self.pass_k, averaged=[s.name for s, _ in self.benchmarks if s.in_average])
         self.tier_metrics = GroupMetrics([], num_samples=n, ks=self.pass_k)
         if stage == "fit" and self.evaluate_before_training:

@@ -1,4 +1,4 @@
-"""KL loss to a frozen reference policy (GRPO's KL term; PAPER.md technique 5)."""
+"""KL loss to a frozen reference policy (GRPO's KL term; docs/method.md, technique 5)."""
 
 from __future__ import annotations
 

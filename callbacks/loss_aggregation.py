@@ -1,4 +1,4 @@
-"""Loss aggregation: token level, sequence level or seq-mean-token-sum (PAPER.md technique 3)."""
+"""Loss aggregation: token level, sequence level or seq-mean-token-sum (docs/method.md, technique 3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Advantage normalization with independent centre and scale scopes (PAPER.md technique 1)."""
+"""Advantage normalization with independent centre and scale scopes (docs/method.md, technique 1)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 
 from lite_ppo.hooks import Technique
-from lite_ppo.ops.advantages import SCOPES, normalized_advantages, weighted_mean_std
+from lite_ppo.ops.advantages import SCOPES, bound_excluded_advantages, excluded_bound_scope, normalized_advantages, weighted_mean_std
 from lite_ppo.rollout.batch import RolloutBatch
 
 WEIGHTINGS = ("sample", "token")
@@ -23,11 +23,14 @@ class AdvantageNormalization(Technique):
     Args:
         mean_scope: where the centre comes from (``group`` = GRPO / Lite PPO).
         std_scope: where the scale comes from (``batch`` = Lite PPO, ``group`` = GRPO, ``none`` = Dr. GRPO).
-        eps: added to the std (PAPER.md: 1e-6).
+        eps: added to the std (docs/method.md: 1e-6).
         count_truncated: whether truncated responses (no EOS within the length limit) count in the
-            group and batch statistics. They always *receive* an advantage; pair ``False`` with
-            :class:`~lite_ppo.callbacks.OverlongFilter` to drop them from the statistics as well as
-            from the loss. A group whose responses are all excluded gets advantage 0 under a group scope.
+            group and batch statistics. They always *receive* an advantage; under a std scope it is
+            never larger in magnitude than the largest |A| of the responses the statistics count (of
+            the group under a group std, of the global batch under a batch std): a truncated response
+            whose group-mates share one reward gets 0, not (r - mean) / eps. Pair ``False`` with
+            :class:`~lite_ppo.callbacks.OverlongFilter` to drop them from the loss as well. A group
+            whose responses are all excluded gets advantage 0 under a group scope.
         weighting: ``sample`` (every counted response weighs 1, the paper's definition) or ``token``
             (a response weighs its length in tokens: the statistics of the rewards as a token-level
             loss sees them). See :func:`lite_ppo.ops.normalized_advantages`.
@@ -39,10 +42,11 @@ class AdvantageNormalization(Technique):
             - class_path: lite_ppo.callbacks.AdvantageNormalization
               init_args: {mean_scope: group, std_scope: batch}
 
-    Example (GRPO's group z-score, truncated responses left out of the statistics)::
+    Example (GRPO's group z-score, truncated responses left out of the statistics and the loss)::
 
         - class_path: lite_ppo.callbacks.AdvantageNormalization
           init_args: {mean_scope: group, std_scope: group, count_truncated: false}
+        - class_path: lite_ppo.callbacks.OverlongFilter
     """
 
     def __init__(
@@ -78,9 +82,19 @@ class AdvantageNormalization(Technique):
         weights = self.statistics_weights(batch)
         uses_batch = "batch" in (self.mean_scope, self.std_scope)
         batch_stats = _global_weighted_mean_std(module, batch.rewards.double(), weights) if uses_batch else None
-        return normalized_advantages(
-            batch.rewards, batch.group_ids, self.mean_scope, self.std_scope, self.eps, batch_stats=batch_stats, weights=weights
+        advantages = normalized_advantages(
+            batch.rewards, batch.group_ids, self.mean_scope, self.std_scope, self.eps, batch_stats=batch_stats, weights=weights, bound_excluded=False
         )
+        # Under a std, an excluded response's |A| never exceeds the included ones' largest (ops.advantages explains why).
+        included = weights > 0
+        scope = excluded_bound_scope(self.std_scope)
+        if scope is None:
+            return advantages
+        if scope == "group":
+            return bound_excluded_advantages(advantages, included, batch.group_ids)
+        local = torch.where(included, advantages.abs(), torch.zeros_like(advantages)).max() if advantages.numel() else advantages.new_zeros(())
+        bound = module.all_gather(local).max() if module.trainer.world_size > 1 else local
+        return bound_excluded_advantages(advantages, included, batch_bound=bound)
 
 
 def _global_weighted_mean_std(module, rewards: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

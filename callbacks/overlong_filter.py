@@ -1,4 +1,4 @@
-"""Overlong filtering: truncated responses contribute nothing to the policy loss (PAPER.md technique 4)."""
+"""Overlong filtering: truncated responses contribute nothing to the policy loss (docs/method.md, technique 4)."""
 
 from __future__ import annotations
 

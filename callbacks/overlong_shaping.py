@@ -16,8 +16,8 @@ class OverlongRewardShaping(Technique):
 
     (:func:`lite_ppo.ops.overlong.overlong_penalty`). With ``max_length`` null, L_max is the
     generation limit, so a truncated response has L = L_max and gets the full ``-factor``.
-    The verifier's verdict stays in ``batch.extras["reward_status"]``, so accuracy diagnostics and
-    dynamic sampling (which judge correctness) are unaffected.
+    The verifier's verdict stays in ``batch.correct``, so accuracy diagnostics and dynamic
+    sampling (which judge correctness) are unaffected.
 
     Args:
         max_length: L_max in tokens; ``None`` takes the rollout's ``sampling.max_new_tokens``.

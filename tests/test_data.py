@@ -23,6 +23,7 @@ from lite_ppo.data import (
     load_jsonl_problems,
     load_parquet_problems,
 )
+from lite_ppo.errors import UserError
 
 TIERS = ("easy", "medium", "hard")
 
@@ -205,7 +206,7 @@ def test_configuration_errors_are_clear(kwargs: dict, message: str) -> None:
 
 
 def test_missing_file_source() -> None:
-    with pytest.raises(FileNotFoundError, match=r"sources\['easy'\]: no such file"):
+    with pytest.raises(UserError, match=r"sources\['easy'\]: no such file"):
         MathDataModule(sources={"easy": "/nonexistent/easy.jsonl"}).setup()
 
 
@@ -419,7 +420,7 @@ def test_yaml_config_through_jsonargparse() -> None:
     assert dm.weights_at(9) == {"easy": 1.0, "hard": 0.0} and dm.weights_at(10) == {"easy": 0.0, "hard": 1.0}
 
 
-@pytest.mark.parametrize("name", ["problem", "jsonl", "synthetic", "mixture", "pools", "loader", "datamodule", "prompts"])
+@pytest.mark.parametrize("name", ["problem", "jsonl", "synthetic", "mixture", "pools", "loader", "datamodule", "prompts", "registry", "hub"])
 def test_docstring_examples(name: str) -> None:
     import doctest
     import importlib

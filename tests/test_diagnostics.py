@@ -84,7 +84,7 @@ def constructed_batch() -> RolloutBatch:
 
 
 def _fit_constructed(tmp_path, *techniques: Technique):
-    module = LitePPO(lr=0.0, num_mini_batches=1, micro_batch_size=4, max_grad_norm=None)
+    module = LitePPO(lr=1e-6, num_mini_batches=1, micro_batch_size=4, max_grad_norm=None)  # FakePolicy: lr moves no ratio
     module.policy = FakePolicy()
     trainer = Trainer(
         accelerator="cpu",
@@ -108,15 +108,11 @@ def test_constructed_batch_through_the_module(tmp_path):
     approx = lambda v: pytest.approx(v, rel=1e-4, abs=1e-6)  # noqa: E731
     # Clip fractions over the 9 loss tokens: row 0 (A > 0, rho 1.5 > 1.2, 3 tokens) at the upper bound,
     # row 1 (A < 0, rho 0.5 < 0.8, 2 tokens) at the lower bound; rows 2 and 3 inside.
-    assert s["clip/upper"] == approx(3 / 9)
-    assert s["clip/lower"] == approx(2 / 9)
-    assert s["clip/total"] == approx(5 / 9)
-    assert s["clip/upper_inactive"] == 0 and s["clip/lower_inactive"] == 0
-    # Conditional on the advantage sign: 6 tokens with A > 0, 3 with A < 0.
-    assert s["update/positive_token_share"] == approx(6 / 9)
-    assert s["update/negative_token_share"] == approx(3 / 9)
-    assert s["clip/upper_given_pos"] == approx(0.5)
-    assert s["clip/lower_given_neg"] == approx(2 / 3)
+    assert s["clip/fraction"] == approx(5 / 9)
+    # Conditional on the advantage sign: 6 tokens with A > 0 (3 clipped), 3 with A < 0 (2 clipped).
+    assert s["clip/upper_of_positive"] == approx(0.5)
+    assert s["clip/lower_of_negative"] == approx(2 / 3)
+    assert not {"clip/upper_inactive", "clip/lower_inactive", "clip/dual_of_negative", "loss/total"} & set(s)
     # Entropy of softmax with logit x on one token and 0 on the other V - 1, token-weighted.
     entropy = sum(n * _entropy(r) for n, r in zip(LENGTHS, RATIOS)) / 9
     assert s["policy/entropy"] == approx(entropy)
@@ -125,7 +121,8 @@ def test_constructed_batch_through_the_module(tmp_path):
     assert s["policy/ratio_max"] == approx(1.5) and s["policy/ratio_min"] == approx(0.5)
     # Pearson(length, advantage): lengths [3, 2, 3, 1] vs [1, -1, 1, -1] -> 3 / sqrt(11).
     assert s["update/length_advantage_corr"] == approx(3 / math.sqrt(11))
-    assert s["update/advantage_mean"] == 0 and s["update/loss_token_share"] == 1
+    assert s["update/advantage_mean"] == 0 and s["update/loss_token_fraction"] == 1
+    assert s["update/advantage_min"] == -1 and s["update/advantage_max"] == 1
     # Generation view (no rollout callback here: read from the trained batch).
     assert s["reward/mean"] == approx(0.75) and s["reward/std"] == approx(0.5) and s["reward/accuracy"] == approx(0.75)
     assert (s["groups/all_correct"], s["groups/all_wrong"], s["groups/mixed"]) == (0.5, 0.0, 0.5)
@@ -133,17 +130,19 @@ def test_constructed_batch_through_the_module(tmp_path):
     assert s["response/truncation_rate"] == 0.5
     # Truncated rows [7, 7, 7] (bigram share 1/2: repetitive) and [7, 8, 9] (0): rate 1/2, mean share 1/4.
     assert s["response/repetition_rate_truncated"] == 0.5
-    assert s["response/repeated_ngram_share_truncated"] == approx(0.25)
     assert s["response/repetition_rate_finished"] == 0
+    # Correct rows 0, 2, 3 (lengths 3, 3, 1), wrong row 1 (length 2); one prompt token each.
+    assert s["response/length_mean_correct"] == approx(7 / 3) and s["response/length_mean_wrong"] == 2
+    assert s["prompt/length_mean"] == 1 and s["prompt/length_max"] == 1
+    assert s["reward/wrong_rate"] == 0.25 and s["reward/unparsed_rate"] == 0
     # Per tier.
-    assert s["tier/easy/prompt_share"] == 0.5 and s["tier/hard/prompt_share"] == 0.5
+    assert s["tier/easy/share_of_prompts"] == 0.5 and s["tier/hard/share_of_prompts"] == 0.5
     assert s["tier/easy/accuracy"] == 0.5 and s["tier/hard/accuracy"] == 1.0
-    assert s["tier/easy/reward_std"] == approx(math.sqrt(0.5)) and s["tier/hard/reward_std"] == 0
     assert s["tier/easy/groups_mixed"] == 1.0 and s["tier/hard/groups_all_correct"] == 1.0
     assert s["tier/easy/length_mean"] == approx(2.5) and s["tier/hard/length_mean"] == approx(2.0)
     assert s["tier/easy/truncation_rate"] == 0.5 and s["tier/hard/repetition_rate_truncated"] == 0
-    assert s["tier/easy/loss_token_share"] == approx(5 / 9) and s["tier/hard/loss_token_share"] == approx(4 / 9)
-    assert s["tier/easy/advantage_nonzero_rate"] == 1.0
+    assert s["tier/easy/share_of_loss_tokens"] == approx(5 / 9) and s["tier/hard/share_of_loss_tokens"] == approx(4 / 9)
+    assert s["tier/easy/advantage_nonzero_share"] == 1.0
     # The length histograms sit at the step of the scalars.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -155,18 +154,17 @@ def test_constructed_batch_through_the_module(tmp_path):
     assert (per_group.num, per_group.min, per_group.max, per_group.sum) == (2, 1, 2, 3)  # g0: 1 of 2, g1: 2 of 2
     hist = acc.Histograms("response/length")[-1]
     assert hist.histogram_value.num == 4 and hist.histogram_value.max == 3
-    assert hist.step == read_scalars(log_dir)["clip/upper"][-1][0]
+    assert hist.step == read_scalars(log_dir)["clip/fraction"][-1][0]
 
 
 def test_clip_higher_and_overlong_filter_move_the_diagnostics(tmp_path):
     # eps_high 0.6: rho 1.5 stays inside. The filter removes rows 0 and 2 (truncated) from the loss.
     s, _ = _fit_constructed(tmp_path, ClipHigher(0.2, 0.6), OverlongFilter())
-    assert s["clip/upper"] == 0
-    # Loss tokens now rows 1 (2 tokens, clipped at the lower bound) and 3 (1 token).
-    assert s["clip/lower"] == pytest.approx(2 / 3)
-    assert s["update/loss_token_share"] == pytest.approx(3 / 9)
-    assert s["update/positive_token_share"] == 0 and s["clip/upper_given_pos"] == 0
-    assert s["tier/easy/loss_token_share"] == pytest.approx(2 / 3)
+    assert s["clip/upper_of_positive"] == 0
+    # Loss tokens now rows 1 (2 tokens, A < 0, clipped at the lower bound) and 3 (1 token, A < 0).
+    assert s["clip/lower_of_negative"] == pytest.approx(2 / 3)
+    assert s["update/loss_token_fraction"] == pytest.approx(3 / 9)
+    assert s["tier/easy/share_of_loss_tokens"] == pytest.approx(2 / 3)
     assert s["overlong_filter/masked_response_share"] == 0.5
 
 
@@ -187,12 +185,12 @@ def test_generation_view_counts_every_refill_round():
     assert (m["groups/all_correct"], m["groups/all_wrong"], m["groups/mixed"]) == pytest.approx((1 / 3, 1 / 3, 1 / 3))
     assert m["reward/accuracy"] == pytest.approx(3 / 6)
     assert m["response/length_mean"] == pytest.approx(16 / 6)
-    assert m["tier/easy/prompt_share"] == pytest.approx(1 / 3) and m["tier/hard/prompt_share"] == pytest.approx(2 / 3)
+    assert m["tier/easy/share_of_prompts"] == pytest.approx(1 / 3) and m["tier/hard/share_of_prompts"] == pytest.approx(2 / 3)
     assert m["tier/hard/groups_mixed"] == pytest.approx(0.5) and m["tier/hard/groups_all_correct"] == pytest.approx(0.5)
     assert m["tier/hard/accuracy"] == pytest.approx(3 / 4) and m["tier/easy/accuracy"] == 0
     # Update view: the kept group only. Lengths equal -> correlation 0 by definition.
     assert m["update/length_advantage_corr"] == 0
-    assert m["tier/hard/loss_token_share"] == 1.0 and "tier/easy/loss_token_share" not in m
+    assert m["tier/hard/share_of_loss_tokens"] == 1.0 and "tier/easy/share_of_loss_tokens" not in m
     # Records are cleared after each step.
     diag.on_update_end(module.trainer, module, final, {})
     assert module.logged["groups/mixed"] == 1.0

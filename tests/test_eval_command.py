@@ -149,10 +149,17 @@ def test_evaluate_fails_before_loading_a_model_on_a_bad_file(tmp_path, capsys):
     (tmp_path / "bad.jsonl").write_text('{"id": "1", "problem": "q", "answer": ""}\n')
     cfg = tmp_path / "b.yaml"
     cfg.write_text("benchmarks:\n  - {name: bad, file: bad.jsonl}\n")
-    with pytest.raises(ValueError, match="bad.jsonl:1: field 'answer' is empty"):
+    # Data errors are user errors: one line naming file, line and field, exit 2, no traceback.
+    with pytest.raises(SystemExit) as exit_info:
         main(["evaluate", "--model", "/nonexistent", "--benchmarks", str(cfg), "--data-dir", str(tmp_path), "--out", str(tmp_path / "o")])
-    with pytest.raises(FileNotFoundError, match="aime24.jsonl"):
+    assert exit_info.value.code == 2
+    assert "bad.jsonl:1: field 'answer' is empty" in capsys.readouterr().err
+    # A registered set that is neither in --data-dir, shipped nor cached: named, with the fetch command.
+    with pytest.raises(SystemExit) as exit_info:
         main(["evaluate", "--model", "/nonexistent", "--benchmarks", "aime24", "--data-dir", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "'aime24'" in err and "`lite-ppo data fetch aime24`" in err and "aime24.jsonl" in err and len(err.strip().splitlines()) == 1
 
 
 def test_evaluate_uses_training_config_prompt_and_reward(tmp_path, tiny_model_path, shared_data):

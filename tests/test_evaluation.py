@@ -237,7 +237,7 @@ def test_config_forms_and_limits(tmp_path):
     cfg.write_text("data_dir: /somewhere\nbenchmarks:\n  - {name: gsm8k, limit: 50}\n  - {name: mine, file: my.jsonl, title: Mine}\n")
     specs, data_dir = load_benchmark_config(cfg)
     assert data_dir == "/somewhere"
-    assert specs[0] == BenchmarkSpec("gsm8k", "gsm8k_test.jsonl", "GSM8K", limit=50, in_average=False)
+    assert specs[0] == BenchmarkSpec("gsm8k", "gsm8k_test.jsonl", "GSM8K", limit=50, in_average=False, dataset="gsm8k")
     assert apply_limit(specs, 20)[0].limit == 20 and apply_limit(specs, 100)[0].limit == 50 and apply_limit(specs, 20)[1].limit == 20
 
 
@@ -276,8 +276,7 @@ def test_missing_and_malformed_files_name_file_and_line(tmp_path):
 
 def test_data_dir_precedence(tmp_path, monkeypatch):
     monkeypatch.delenv("LITE_PPO_EVAL_DIR", raising=False)
-    with pytest.raises(ValueError, match="--data-dir"):
-        resolve_data_dir(None, None)
+    assert resolve_data_dir(None, None) is None  # registered sets then come from the package / the cache
     monkeypatch.setenv("LITE_PPO_EVAL_DIR", str(tmp_path))
     assert resolve_data_dir(None, None) == tmp_path
     (tmp_path / "x").mkdir()

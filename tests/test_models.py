@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
+from lite_ppo.errors import UserError
 from lite_ppo.models import registry
 from lite_ppo.models.registry import Builtin, resolve_model
 from lite_ppo.models.tiny import build_tiny_model
@@ -202,10 +203,10 @@ def test_registry_rejects_unknown_builtin(tmp_path: Path, monkeypatch: pytest.Mo
 def test_registry_local_paths(tmp_path: Path, tiny_path: str) -> None:
     assert resolve_model(tiny_path) == tiny_path
     missing = str(tmp_path / "no-such-model")
-    with pytest.raises(FileNotFoundError, match="no-such-model"):
+    with pytest.raises(UserError, match="no-such-model"):
         resolve_model(missing)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(UserError, match="config.json"):
         resolve_model(str(tmp_path / "empty"))
 
 

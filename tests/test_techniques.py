@@ -54,6 +54,7 @@ def make_batch(rewards, group_ids, lengths, truncated=None, statuses=None, tiers
         rewards=rewards,
         truncated=truncated,
         response_lengths=lengths,
+        correct=torch.tensor([st == "correct" for st in statuses], dtype=torch.bool) if statuses is not None else None,
         extras=extras,
     )
 
@@ -287,7 +288,8 @@ def test_zero_weight_equals_leaving_the_response_out_of_the_statistics(rows):
     counted = torch.tensor([c for _, _, c in rows])
     assume(counted.any())
     for mean_scope, std_scope in [("group", "batch"), ("group", "group"), ("batch", "batch"), ("group", "none")]:
-        got = normalized_advantages(rewards, groups, mean_scope, std_scope, eps=1e-6, weights=counted.double())
+        # bound_excluded=False: the raw statistics (the bound on top is tested in test_settings.py)
+        got = normalized_advantages(rewards, groups, mean_scope, std_scope, eps=1e-6, weights=counted.double(), bound_excluded=False)
         kept_r, kept_g = rewards[counted], groups[counted]
         b_mean, b_std = kept_r.mean(), kept_r.std() if kept_r.numel() > 1 else torch.zeros((), dtype=torch.float64)
         for i in range(len(rows)):

@@ -116,6 +116,6 @@ def test_engine_synced_after_every_optimizer_step(scalars):
 
 def test_rollout_and_update_ran_with_vllm(scalars):
     assert len(scalars["reward/mean"]) == STEPS
-    assert all(0 < v <= 16 for v in scalars["response/length_mean"])
+    assert all(0 < v <= 32 for v in scalars["response/length_mean"])  # configs/models/tiny.yaml: max_new_tokens 32
     assert all(v > 0 for v in scalars["time/generation_tokens_per_s"])
-    assert len(scalars["loss/policy"]) == STEPS and all(v > 0 for v in scalars["train/grad_norm"])
+    assert len(scalars["loss/policy"]) == STEPS and all(v > 0 for v in scalars["update/grad_norm"])

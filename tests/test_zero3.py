@@ -160,6 +160,7 @@ def _fit_args(tmp: Path, version: str, *extra: str) -> list[str]:
         "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
         "--config", str(REPO / "configs/models/tiny.yaml"),
         "--config", str(REPO / "configs/strategies/zero3_cpu_test.yaml"),
+        "--model.model_path=builtin:tiny",  # the export test compares against the random tiny model
         "--trainer.default_root_dir", str(tmp),
         "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
         "--trainer.logger.init_args.version", version,
@@ -192,18 +193,18 @@ def cli_runs(tmp_path_factory, tiny_model_path) -> dict:
         "tmp": tmp,
         "ckpts": ckpts,
         "resumed_ckpts": sorted((tmp / "ckpt_resumed").glob("*step=*.ckpt")),
-        "scalars": read_scalars(tmp / "tb" / "lite_ppo" / "run"),
-        "resumed_scalars": read_scalars(tmp / "tb" / "lite_ppo" / "resumed"),
+        "scalars": read_scalars(tmp / "tb" / "lite_ppo" / "tiny" / "run"),  # runs/<recipe>/<model>/<version>
+        "resumed_scalars": read_scalars(tmp / "tb" / "lite_ppo" / "tiny" / "resumed"),
     }
 
 
 @pytest.mark.slow
 def test_cli_fit_logs_and_saves_shards(cli_runs):
     scalars = cli_runs["scalars"]
-    for tag in ("reward/mean", "loss/policy", "train/grad_norm", "train/lr", "time/generation_s"):
+    for tag in ("reward/mean", "loss/policy", "update/grad_norm", "update/lr", "time/generation_s"):
         assert len(scalars.get(tag, [])) == 3, f"{tag}: {scalars.get(tag)}"
     # DeepSpeed's own (pre-clip, global) norm of every optimizer step, not a placeholder
-    assert all(v > 0 and v == v for _, v in scalars["train/grad_norm"]), scalars["train/grad_norm"]
+    assert all(v > 0 and v == v for _, v in scalars["update/grad_norm"]), scalars["update/grad_norm"]
     # sharded ZeRO-3 checkpoints: a folder per checkpoint with one model/optimizer shard per rank
     assert [p.name.split("step=")[1] for p in cli_runs["ckpts"]] == ["2.ckpt", "4.ckpt", "6.ckpt"], cli_runs["ckpts"]
     shards = sorted(p.name for p in (cli_runs["ckpts"][-1] / "checkpoint").iterdir())

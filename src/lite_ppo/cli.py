@@ -1,27 +1,44 @@
-"""The ``lite-ppo`` command: LightningCLI (fit / validate / test) plus project commands.
+"""LightningCLI for lite-ppo: ``fit``, ``validate`` and ``test`` (the ``lite-ppo`` dispatcher is
+``lite_ppo.commands``; it imports this module only for those three commands).
 
-    lite-ppo fit --config configs/quickstart.yaml
-    lite-ppo fit --config configs/recipes/lite_ppo.yaml --config configs/models/smollm2_cpu.yaml
-    lite-ppo prepare-model builtin:smollm2-135m-instruct
-    lite-ppo evaluate --model runs/ckpt/last.ckpt --data-dir ../shared/data/eval --out eval_out
+    lite-ppo fit --config configs/recipes/lite_ppo.yaml --config configs/models/tiny.yaml
+    lite-ppo validate --config configs/recipes/lite_ppo.yaml --config configs/models/tiny.yaml
+    lite-ppo test --config configs/recipes/lite_ppo.yaml --config configs/models/tiny.yaml --ckpt_path last.ckpt
+
+``validate`` evaluates the held-out problems of the training tiers (``data.val_size``, on in the
+shipped recipes) and the benchmarks whose files are present, and prints the table; ``test``
+evaluates the benchmarks with the code of ``lite-ppo evaluate`` and writes its report.
+``predict`` is not offered (``lite-ppo evaluate`` writes responses), nor are ``--optimizer`` /
+``--lr_scheduler``: the policy trains with AdamW set by ``model.lr``, ``model.betas``,
+``model.weight_decay``, ``model.warmup_steps`` and ``model.lr_schedule``.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import os
-import sys
+import warnings
+from pathlib import Path
+from typing import Any, Optional
 
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningCLI
 
+from lite_ppo.callbacks.console import ConsoleProgressBar
 from lite_ppo.callbacks.diagnostics import Diagnostics
+from lite_ppo.callbacks.evaluation import Evaluation
 from lite_ppo.callbacks.rollout import Rollout
+from lite_ppo.commands import main, parser_message  # main: the entry point, kept importable from here
 from lite_ppo.data.datamodule import MathDataModule
+from lite_ppo.errors import UserError
 from lite_ppo.module import LitePPO
+from lite_ppo.reliability import CheckpointIntegrity, DivergenceGuard, Preemption
+from lite_ppo.research.run_dir import prepare_fit_run
+from lite_ppo.research.run_record import RunRecord
 
 TRAINER_DEFAULTS = {
     "log_every_n_steps": 1,
-    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": {"save_dir": "runs", "name": "lite_ppo"}},
+    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": {"save_dir": "runs", "name": None, "default_hp_metric": False}},  # name/version unset: runs/<recipe>/<model>/seed<S> (research/run_dir.py)
     "num_sanity_val_steps": 0,
 }
 
@@ -33,52 +50,236 @@ class LitePPOCLI(LightningCLI):
     the recipe's techniques), so model and hardware configs can override one field of them
     (``rollout.sampling.max_new_tokens``) without restating the callback list; techniques go under
     ``trainer.callbacks`` in recipe order. Diagnostics are always on.
+
+    Subcommands: ``fit``; ``validate`` (adds an ``Evaluation`` callback when the config has none:
+    the held-out tiers and the default benchmarks that are present); ``test`` (the benchmark
+    evaluation of ``lite-ppo evaluate``, see :meth:`test`). ``predict`` and the
+    ``--optimizer`` / ``--lr_scheduler`` groups are not offered (the module builds AdamW itself).
+    Parse errors raise ``argparse.ArgumentError`` for the dispatcher (``lite_ppo.commands``) to
+    print as one line.
     """
+
+    # -- which subcommands, and how their parsers fail ---------------------------------------------
+    def __init__(self, *args: Any, only_subcommand: str | None = None, **kwargs: Any) -> None:
+        # Building one subcommand's parser (not all of them) keeps `lite-ppo fit --help` short.
+        self.only_subcommand = only_subcommand
+        super().__init__(*args, **kwargs)
+
+    def subcommands(self) -> dict[str, set[str]]:  # LightningCLI's is static; it is always called on the instance
+        offered = {name: skip for name, skip in LightningCLI.subcommands().items() if name in LIGHTNING_SUBCOMMANDS}
+        return {self.only_subcommand: offered[self.only_subcommand]} if self.only_subcommand else offered
+
+    def init_parser(self, **kwargs: Any):
+        # Raise jsonargparse's ArgumentError instead of printing the whole usage and exiting: the
+        # lite-ppo dispatcher prints it as one line (lite_ppo.commands.user_error_message).
+        kwargs.setdefault("exit_on_error", False)
+        return super().init_parser(**kwargs)
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(Rollout, "rollout")
         parser.add_lightning_class_args(Diagnostics, "diagnostics")
+        parser.add_lightning_class_args(ConsoleProgressBar, "console")  # phases, live metrics, summary lines
+        # Reliability, on by default (lite_ppo.reliability): signal -> checkpoint + exit 128+signum;
+        # atomic, checksummed, verified checkpoints; non-finite optimizer steps skipped.
+        parser.add_lightning_class_args(Preemption, "preemption")
+        parser.add_lightning_class_args(CheckpointIntegrity, "checkpoint_integrity")
+        parser.add_lightning_class_args(DivergenceGuard, "divergence_guard")
+        # The recipe names itself (``recipe: lite_ppo``); run directories and run.json carry the name.
+        parser.add_argument("--recipe", type=Optional[str], default=None, help="name of the recipe (set by each recipe YAML)")
+        parser.add_lightning_class_args(RunRecord, "run_record")
+
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI replaces the model's settings with the checkpoint's, which silently drops changed
+        # --model.* values at resume. For fit, keep the given ones and refuse unsafe changes now, before
+        # any model loads; LitePPO.on_load_checkpoint reports the applied ones (lite_ppo.resume).
+        if self.config.get("subcommand") != "fit":
+            return super()._parse_ckpt_path()
+        from lite_ppo.resume import check_resume, saved_hyperparameters
+
+        ckpt_path = self.config.fit.get("ckpt_path")
+        saved = saved_hyperparameters(str(ckpt_path)) if ckpt_path else None
+        if saved:
+            model = self.config.fit.model.as_dict()
+            check_resume(saved, model.get("init_args", model), str(ckpt_path))
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> Any:
+        # `--trainer.enable_progress_bar false` turns the console bar off rather than clashing with it.
+        if config.get("enable_progress_bar") is False:
+            callbacks = [cb for cb in callbacks if not isinstance(cb, ConsoleProgressBar)]
+        return super()._instantiate_trainer(config, callbacks)
+
+    def before_instantiate_classes(self) -> None:
+        if self.subcommand == "fit":
+            prepare_fit_run(self.config["fit"])
+
+    def instantiate_classes(self) -> None:
+        # The classes of the config check their arguments in their constructors and raise ValueError
+        # naming them ("SamplingConfig.top_p must be in (0, 1], got 2.0"); raised here, while only
+        # constructors run, it can only be the config's mistake: report it as one line.
+        try:
+            super().instantiate_classes()
+        except ValueError as err:
+            if isinstance(err, UserError):
+                raise
+            raise UserError(f"invalid setting: {parser_message(str(err))}") from err
+
+    # -- validate: the held-out tiers and the benchmarks that are present -----------------------------
+    def instantiate_trainer(self, **kwargs: Any):
+        trainer = super().instantiate_trainer(**kwargs)
+        if self.subcommand in ("fit", "validate") and not any(isinstance(cb, Evaluation) for cb in trainer.callbacks):
+            evaluation = self.default_evaluation(self.subcommand)
+            if evaluation is not None:
+                trainer.callbacks.append(evaluation)
+        return trainer
+
+    def default_evaluation(self, subcommand: str) -> Evaluation | None:
+        """The ``Evaluation`` callback added when the config has none: ``fit`` reports the held-out
+        tiers (when ``data.val_size > 0``); ``validate`` also evaluates every default benchmark whose
+        file is present (``$LITE_PPO_EVAL_DIR`` or ``configs/eval/benchmarks.yaml``'s ``data_dir``)."""
+        val_size = getattr(self.datamodule, "val_size", 0)
+        if subcommand == "fit":
+            return Evaluation(benchmarks=[]) if val_size > 0 else None
+        specs, data_dir = default_benchmark_specs()
+        present, missing, folder = present_benchmarks(specs, data_dir)
+        if not present and val_size == 0:
+            raise UserError(
+                "validate has nothing to evaluate: set data.val_size > 0 (problems held out per training tier), "
+                "or put the benchmark files in $LITE_PPO_EVAL_DIR, or add lite_ppo.callbacks.Evaluation to trainer.callbacks"
+            )
+        parts = [f"held-out tiers ({val_size} problems each)"] if val_size > 0 else []
+        if present:
+            parts.append("benchmarks " + ", ".join(spec.name for spec, _ in present))
+        note = f"; not found: {', '.join(missing)} (`lite-ppo data fetch NAME`, or $LITE_PPO_EVAL_DIR)" if missing else ""
+        print(
+            f"lite-ppo validate: evaluating {' and '.join(parts)}{note}. To choose benchmarks and a limit, "
+            "add lite_ppo.callbacks.Evaluation to trainer.callbacks.",
+            flush=True,
+        )
+        return Evaluation(benchmarks=[_spec_mapping(spec) for spec, _ in present], data_dir=str(folder) if folder else None)
+
+    def validate(self, model: LitePPO, datamodule: Any = None, ckpt_path: str | None = None, verbose: bool = True, weights_only: bool | None = None) -> Any:
+        """``Trainer.validate``; Lightning's own metric table is left out when the ``Evaluation``
+        callback prints its (compact) tables."""
+        printing = any(isinstance(cb, Evaluation) and cb.print_table for cb in self.trainer.callbacks)
+        return self.trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=verbose and not printing, weights_only=weights_only)
+
+    # -- test: the benchmark evaluation of `lite-ppo evaluate` --------------------------------------
+    def test(self, model: LitePPO, datamodule: Any = None, ckpt_path: str | None = None, verbose: bool = True, weights_only: bool | None = None) -> dict[str, Any]:
+        """Evaluate the benchmarks (those of a configured ``Evaluation`` callback, else the default
+        list) with the config's model or ``ckpt_path``, the ``rollout:`` engine, prompt, reward and
+        ``eval_sampling``; print the table and write ``metrics.json``, ``metrics.md`` and
+        ``responses.jsonl`` under ``<log dir>/test``. Runs in this process (like ``lite-ppo evaluate``)."""
+        from lite_ppo.evaluation.metrics import flatten
+        from lite_ppo.evaluation.report import text_table, write_report
+        from lite_ppo.evaluation.runner import evaluate_problems, load_policy_module
+
+        trainer = self.trainer
+        rollout = next(cb for cb in trainer.callbacks if isinstance(cb, Rollout))
+        evaluation = next((cb for cb in trainer.callbacks if isinstance(cb, Evaluation)), None)
+        specs, data_dir = (evaluation.specs, evaluation.data_dir) if evaluation is not None else default_benchmark_specs()
+        present, missing, _ = present_benchmarks(specs, data_dir)
+        if not present:
+            raise UserError(
+                f"test found none of the benchmark files ({', '.join(missing) or 'no benchmarks configured'}): set $LITE_PPO_EVAL_DIR "
+                "to the folder holding them, or give lite_ppo.callbacks.Evaluation(benchmarks=..., data_dir=...) in trainer.callbacks"
+            )
+        if missing:
+            print(f"lite-ppo test: not found, skipped: {', '.join(missing)} (`lite-ppo data fetch NAME`, or $LITE_PPO_EVAL_DIR)", flush=True)
+        if ckpt_path is not None:
+            if not Path(str(ckpt_path)).exists():
+                raise UserError(f"--ckpt_path {ckpt_path}: no such checkpoint file or folder")
+            module = load_policy_module(str(ckpt_path), dtype=model.hparams.torch_dtype)
+        else:
+            module = model
+            module.configure_model()
+        module.to(trainer.strategy.root_device)
+        module.eval()
+        sampling = rollout.eval_sampling
+        try:
+            results, records, timing = evaluate_problems(
+                module, rollout, present, sampling, batch_size=evaluation.batch_size if evaluation is not None else 32,
+                seed=rollout.seed, ks=evaluation.pass_k if evaluation is not None else None, progress=verbose,
+            )
+        finally:
+            rollout.engine.close()
+        titles = {spec.name: spec.display for spec, _ in present}
+        out = Path(trainer.log_dir or trainer.default_root_dir) / "test"
+        info = {"model": str(ckpt_path or model.hparams.model_path), "engine": type(rollout.engine).__name__, "sampling": dataclasses.asdict(sampling), "timing": timing}
+        write_report(out, results, titles, info, records)
+        groups = {**results["groups"], **{k: results[k] for k in ("average", "weighted_average") if results.get(k)}}
+        for logger in trainer.loggers:
+            logger.log_metrics(flatten("test", groups), step=trainer.global_step)
+        print(text_table(results, titles, title=f"Test: {info['model']}"), flush=True)
+        print(f"wrote {out / 'metrics.json'}, metrics.md, responses.jsonl", flush=True)
+        return results
 
 
-PROJECT_COMMANDS = {
-    "prepare-model": "build or convert a builtin model into the local cache and print its folder",
-    "evaluate": "evaluate a model folder, builtin or .ckpt on math benchmarks (metrics.json, metrics.md, responses.jsonl)",
-    "export-hf": "write a Hugging Face folder (save_pretrained + tokenizer) from a checkpoint, DeepSpeed ZeRO shards included",
-}
+# The LightningCLI subcommands lite-ppo offers (predict is not: see lite_ppo.commands.REMOVED).
+LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
+# Options LightningCLI users may expect; the module builds its optimizer (AdamW, DeepSpeed's under ZeRO).
+_NOT_OFFERED = ("--optimizer", "--lr_scheduler")
 
 
-def _project_command(argv: list[str], name: str = "prepare-model") -> int:
-    if name == "evaluate":
-        from lite_ppo.evaluation.command import main as evaluate
-
-        return evaluate(argv)
-    if name == "export-hf":
-        from lite_ppo.export import main as export_hf
-
-        return export_hf(argv)
-    parser = argparse.ArgumentParser(prog="lite-ppo prepare-model", description=PROJECT_COMMANDS["prepare-model"])
-    parser.add_argument("name", help="builtin:tiny or builtin:smollm2-135m-instruct")
-    args = parser.parse_args(argv)
-    from lite_ppo.models import resolve_model
-
-    print(resolve_model(args.name))
-    return 0
-
-
-def main(argv: list[str] | None = None) -> None:
-    command = sys.argv[1:] if argv is None else argv
-    if command and command[0] in PROJECT_COMMANDS:
-        raise SystemExit(_project_command(command[1:], command[0]))
-    # vLLM on CPU must run in-process for in-place weight updates (DESIGN.md).
+def run_lightning(argv: list[str]) -> None:
+    """Run one LightningCLI subcommand: ``argv`` = ``[fit|validate|test, options...]``."""
+    name = argv[0]
+    for arg in argv[1:]:
+        if arg.split("=", 1)[0].split(".", 1)[0] in _NOT_OFFERED:
+            raise UserError(
+                f"{arg.split('=', 1)[0]} is not an option of lite-ppo: the policy trains with AdamW; "
+                "set model.lr, model.betas, model.weight_decay, model.warmup_steps and model.lr_schedule (constant|cosine)"
+            )
+    # vLLM on CPU must run in-process for in-place weight updates.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    LitePPOCLI(
-        LitePPO,
-        MathDataModule,
-        args=argv,  # None: LightningCLI reads sys.argv itself (passing it too makes Lightning warn)
-        trainer_defaults=TRAINER_DEFAULTS,
-        seed_everything_default=42,
-        save_config_kwargs={"overwrite": True},
-    )
+    # The dispatcher passes the arguments (it removed --debug); Lightning warns when sys.argv has some too.
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+    try:
+        LitePPOCLI(
+            LitePPO,
+            MathDataModule,
+            args=argv,
+            trainer_defaults=TRAINER_DEFAULTS,
+            seed_everything_default=42,
+            save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,
+            only_subcommand=name,
+        )
+    except MisconfigurationException as err:
+        # Lightning's own verdict on a trainer setting (an unavailable accelerator, conflicting flags).
+        raise UserError(" ".join(str(err).split())) from err
+
+
+def default_benchmark_specs() -> tuple[list, str | None]:
+    """The benchmarks of ``configs/eval/benchmarks.yaml`` when run from the repository (as
+    ``lite-ppo evaluate`` does), else the built-in list; and the data folder that file names."""
+    from lite_ppo.evaluation.benchmarks import load_benchmark_config
+    from lite_ppo.evaluation.command import DEFAULT_BENCHMARK_CONFIG
+
+    return load_benchmark_config(DEFAULT_BENCHMARK_CONFIG if Path(DEFAULT_BENCHMARK_CONFIG).is_file() else None)
+
+
+def present_benchmarks(specs: list, data_dir: str | None) -> tuple[list, list[str], Path | None]:
+    """``([(spec, problems)], [missing names], folder)``: the benchmarks whose file exists (a
+    malformed file still fails) in ``folder`` = ``data_dir``, else ``$LITE_PPO_EVAL_DIR``."""
+    from lite_ppo.data.registry import DatasetMissing
+    from lite_ppo.evaluation.benchmarks import load_benchmark, resolve_data_dir
+
+    try:
+        folder = resolve_data_dir(None, data_dir)
+    except FileNotFoundError as err:  # a folder was named but is not there
+        raise UserError(f"{err} (Evaluation.data_dir, the benchmark YAML's data_dir or $LITE_PPO_EVAL_DIR)") from err
+    present, missing = [], []
+    for spec in specs:
+        try:
+            present.append((spec, load_benchmark(spec, folder)))
+        except (FileNotFoundError, DatasetMissing):
+            missing.append(spec.name)
+    return present, missing, folder
+
+
+def _spec_mapping(spec) -> dict[str, Any]:
+    """A ``BenchmarkSpec`` as the mapping ``Evaluation(benchmarks=[...])`` takes (every field kept)."""
+    return dataclasses.asdict(spec)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ class PolicyLossConfig:
     """What the clipped surrogate and its aggregation use. Techniques set fields in
     ``configure_loss``; two techniques setting the same field is a configuration error.
 
-    - ``clip_low`` / ``clip_high``: the clip range [1 - clip_low, 1 + clip_high] (PAPER.md).
+    - ``clip_low`` / ``clip_high``: the clip range [1 - clip_low, 1 + clip_high] (docs/method.md).
     - ``dual_clip``: constant c > 1 bounding the loss of negative-advantage tokens, or None.
     - ``aggregation``: ``token-mean`` (L_tok), ``seq-mean-token-mean`` (L_seq) or
       ``seq-mean-token-sum``.

@@ -9,17 +9,23 @@ from typing import Any, Literal
 
 import torch
 from lightning.pytorch import LightningModule
+from lightning.pytorch.utilities import rank_zero_info
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from lite_ppo import metric_names as names
 from lite_ppo.hooks import MiniBatchContext, PolicyLossConfig, Technique, advantage_estimator, build_loss_config, techniques_of
 from lite_ppo.models import resolve_model
 from lite_ppo.ops import aggregate_loss, aggregation_denominator, clip_fractions, clipped_surrogate, entropy_from_logits, logprobs_from_logits
+from lite_ppo.errors import UserError
+from lite_ppo.preflight import check_fit_settings
+from lite_ppo.reliability.divergence import divergence_guard_of
+from lite_ppo.resume import check_resume, format_differences
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.strategies.zero import adamw_class, begin_micro_batch, deepspeed_engine, engine_grad_norm, hf_zero3_loading, set_gradient_clipping
 
 
 class LitePPO(LightningModule):
-    """Critic-free PPO on a Hugging Face causal LM (PAPER.md, "The base algorithm").
+    """Critic-free PPO on a Hugging Face causal LM (the base algorithm of "Tricks or Traps?", Liu et al., 2025).
 
     One training step = one rollout batch (filled by the ``Rollout`` callback):
 
@@ -73,16 +79,23 @@ class LitePPO(LightningModule):
     ) -> None:
         super().__init__()
         if num_mini_batches < 1 or micro_batch_size < 1:
-            raise ValueError("num_mini_batches and micro_batch_size must be >= 1")
+            raise UserError(f"model.num_mini_batches={num_mini_batches} and model.micro_batch_size={micro_batch_size}: both must be >= 1")
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.model_path = model_path
         self.policy: torch.nn.Module | None = None
         self.tokenizer = None
         self.policy_version = 0  # bumped after every optimizer step; engines sync when it changes
+        self.phase: tuple[str, int, int] | None = None  # what the step is doing now (see report_phase)
         self.loss_config = PolicyLossConfig(clip_low=clip_eps, clip_high=clip_eps)
 
     # -- model -------------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        # Lightning calls this before configure_model: refuse settings that cannot work while no
+        # weights have loaded yet (lite_ppo.preflight says what is checked).
+        if stage == "fit":
+            check_fit_settings(self.trainer, self)
+
     def configure_model(self) -> None:
         if self.policy is not None:
             return
@@ -106,7 +119,7 @@ class LitePPO(LightningModule):
     def configure_optimizers(self):
         set_gradient_clipping(self._trainer, self.hparams.max_grad_norm)  # DeepSpeed clips inside step()
         optimizer = adamw_class(self._trainer)(self.policy.parameters(), lr=self.hparams.lr, betas=tuple(self.hparams.betas), weight_decay=self.hparams.weight_decay)
-        total = max(1, self.trainer.estimated_stepping_batches * self.hparams.num_mini_batches) if self._trainer is not None else 1
+        total = _planned_optimizer_steps(self._trainer, self.hparams.num_mini_batches)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(self.hparams.warmup_steps, self.hparams.lr_schedule, total, self.hparams.min_lr_ratio))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
@@ -121,6 +134,12 @@ class LitePPO(LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.policy_version = checkpoint.get("policy_version", 0)
+        saved = checkpoint.get("hyper_parameters")
+        if saved and self._trainer is not None and self._trainer.state.fn == "fit":
+            # Changed model.* settings are applied where safe, else refused, never dropped (lite_ppo.resume).
+            applied = check_resume(saved, dict(self.hparams), str(self._trainer.ckpt_path))
+            if applied:
+                rank_zero_info(f"resuming with changed settings (applied): {format_differences(applied)}")
 
     # -- one training step -------------------------------------------------------------------------
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
@@ -133,6 +152,7 @@ class LitePPO(LightningModule):
             technique.on_advantages(self.trainer, self, rollout)
 
         start = time.perf_counter()
+        self.report_phase("old log-probs")
         rollout.old_logprobs = self.sequence_logprobs(rollout)
         old_logprob_s = time.perf_counter() - start
         for technique in techniques:
@@ -143,13 +163,17 @@ class LitePPO(LightningModule):
         train_s = time.perf_counter() - start
 
         stats["time/old_logprobs_s"] = torch.tensor(old_logprob_s)
-        stats["time/training_s"] = torch.tensor(train_s)
-        stats["time/training_tokens_per_s"] = rollout.attention_mask.sum().float().cpu() / max(train_s, 1e-9)
+        stats[names.UPDATE_SECONDS] = torch.tensor(train_s)
+        stats["time/update_tokens_per_s"] = rollout.attention_mask.sum().float().cpu() / max(train_s, 1e-9)
         nonzero = self._global_sum(torch.stack([(rollout.advantages.abs() > 1e-8).float().sum(), rollout.advantages.new_tensor(float(rollout.num_responses))]))
-        stats["train/advantage_nonzero_rate"] = nonzero[0] / nonzero[1].clamp(min=1)
+        stats[names.ADVANTAGE_NONZERO] = nonzero[0] / nonzero[1].clamp(min=1)
         for technique in techniques:
             technique.on_update_end(self.trainer, self, rollout, stats)
-        self.log_dict({k: v.float() if isinstance(v, torch.Tensor) else v for k, v in stats.items()}, on_step=True, on_epoch=False, batch_size=rollout.num_responses)
+        live = {names.APPROX_KL, names.CLIP_FRACTION}  # shown in the progress bar too
+        for prog_bar in (False, True):
+            part = {k: v.float() if isinstance(v, torch.Tensor) else v for k, v in stats.items() if (k in live) == prog_bar}
+            self.log_dict(part, on_step=True, on_epoch=False, batch_size=rollout.num_responses, prog_bar=prog_bar)
+        self.report_phase(None)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         """Nothing to compute here: the ``Rollout`` callback generates and scores the validation
@@ -158,6 +182,18 @@ class LitePPO(LightningModule):
             raise RuntimeError("the validation batch carries no rollout: add `lite_ppo.callbacks.Rollout` under trainer.callbacks")
 
     # -- pieces --------------------------------------------------------------------------------------
+    def report_phase(self, phase: str | None, done: int = 0, total: int = 0) -> None:
+        """Say what the training step is doing now (``"generating"``, ``"updating"`` 2 of 4, ...;
+        None when the step is over). Callbacks that display progress define ``on_phase(trainer,
+        module)`` and read :attr:`phase`; the module knows none of them."""
+        self.phase = (phase, done, total) if phase is not None else None
+        if self._trainer is None:
+            return
+        for callback in self._trainer.callbacks:
+            on_phase = getattr(callback, "on_phase", None)
+            if callable(on_phase):
+                on_phase(self._trainer, self)
+
     def mini_batches(self, num_responses: int) -> list[torch.Tensor]:
         """Row indices of each mini-batch: row i goes to mini-batch ``i % num_mini_batches``.
 
@@ -198,7 +234,10 @@ class LitePPO(LightningModule):
         world = self.trainer.world_size
         acc = _StepAccumulator()
         grad_norms = []
-        for mb_idx in self.mini_batches(rollout.num_responses):
+        guard = divergence_guard_of(self.trainer)  # skips optimizer steps with a non-finite loss or grad norm
+        mini_batches = self.mini_batches(rollout.num_responses)
+        for k, mb_idx in enumerate(mini_batches):
+            self.report_phase("updating", k + 1, len(mini_batches))
             mini = rollout.select(mb_idx)
             # The denominator of the whole optimizer step: all micro-batches, all ranks.
             denominator = self._global_sum(aggregation_denominator(mini.loss_mask, cfg.aggregation))
@@ -226,9 +265,11 @@ class LitePPO(LightningModule):
                 with sync:
                     self.manual_backward(loss * world)
                 self._micro_stats(acc, micro, logits, logprobs, ratio)
-                acc.add("loss/policy", policy_loss)
-                acc.add("loss/total", loss)
+                acc.add(names.POLICY_LOSS, policy_loss)
+                acc.add(names.TOTAL_LOSS, loss)
+                guard.observe_loss(loss)
             grad_norm = self._clip_gradients(optimizer)
+            guard.before_optimizer_step(self.trainer, optimizer, grad_norm)  # non-finite: grads dropped, step() changes nothing
             optimizer.step()
             grad_norms.append(grad_norm if grad_norm is not None else engine_grad_norm(self._trainer))
             scheduler.step()
@@ -242,31 +283,45 @@ class LitePPO(LightningModule):
         mask = micro.loss_mask
         cfg = self.loss_config
         n = mask.sum()
-        for name, frac in clip_fractions(ratio, micro.advantages, mask, cfg.clip_low, cfg.clip_high, cfg.dual_clip).items():
-            acc.add(f"clip/{name}", frac * n)
+        # Clipped-token counts (fractions x n), and the A > 0 / A < 0 token counts they are shares of.
+        clipped = clip_fractions(ratio, micro.advantages, mask, cfg.clip_low, cfg.clip_high, cfg.dual_clip)
+        for name in ("upper", "lower", "dual"):
+            acc.add(f"_clipped_{name}", clipped[name] * n)
+        advantages = micro.advantages.unsqueeze(-1).expand_as(mask)
+        acc.add("_positive_tokens", ((advantages > 0) * mask).sum())
+        acc.add("_negative_tokens", ((advantages < 0) * mask).sum())
         log_ratio = (logprobs - micro.old_logprobs) * mask
-        acc.add("policy/entropy", (entropy_from_logits(logits) * mask).sum())
+        acc.add(names.ENTROPY, (entropy_from_logits(logits) * mask).sum())
         # k3 estimator of KL(pi_old || pi_theta): E_old[(rho - 1) - log rho] (Schulman 2020), >= 0.
-        acc.add("policy/approx_kl", (((ratio - 1) * mask) - log_ratio).sum())
-        acc.add("policy/ratio_mean", (ratio * mask).sum())
+        acc.add(names.APPROX_KL, (((ratio - 1) * mask) - log_ratio).sum())
         acc.add("_tokens", n)
         if n > 0:
             acc.extremum("policy/ratio_max", ratio[mask > 0].max())
             acc.extremum("policy/ratio_min", -ratio[mask > 0].min())
 
     def _finish_stats(self, acc: "_StepAccumulator", grad_norms: list[torch.Tensor], optimizer) -> dict[str, torch.Tensor]:
-        names = sorted(acc.sums)
-        total = dict(zip(names, self._global_sum(torch.stack([acc.sums[k] for k in names]))))
+        keys = sorted(acc.sums)
+        total = dict(zip(keys, self._global_sum(torch.stack([acc.sums[k] for k in keys]))))
         tokens = total.pop("_tokens").clamp(min=1)
-        stats: dict[str, torch.Tensor] = {}
+        positive, negative = total.pop("_positive_tokens"), total.pop("_negative_tokens")
+        upper, lower, dual = total.pop("_clipped_upper"), total.pop("_clipped_lower"), total.pop("_clipped_dual")
+        stats: dict[str, torch.Tensor] = {
+            names.CLIP_FRACTION: (upper + lower) / tokens,
+            names.CLIP_UPPER_POSITIVE: upper / positive.clamp(min=1),
+            names.CLIP_LOWER_NEGATIVE: lower / negative.clamp(min=1),
+        }
+        if self.loss_config.dual_clip is not None:
+            stats[names.CLIP_DUAL_NEGATIVE] = dual / negative.clamp(min=1)
+        if len([k for k in total if k.startswith("loss/")]) <= 2:  # no technique term: the total is the policy loss
+            total.pop(names.TOTAL_LOSS, None)
         for name, value in total.items():
             # Losses were summed over mini-batches (each a global mean): report the mean step loss.
             stats[name] = value / self.hparams.num_mini_batches if name.startswith("loss/") else value / tokens
         for name, value in acc.maxima.items():
             best = self._global_max(value)
             stats[name] = -best if name.endswith("_min") else best
-        stats["train/grad_norm"] = torch.stack(grad_norms).mean()
-        stats["train/lr"] = torch.tensor(optimizer.param_groups[0]["lr"])
+        stats[names.GRAD_NORM] = torch.stack(grad_norms).mean()
+        stats[names.LEARNING_RATE] = torch.tensor(optimizer.param_groups[0]["lr"])
         return stats
 
     def _clip_gradients(self, optimizer) -> torch.Tensor | None:
@@ -315,12 +370,33 @@ class _StepAccumulator:
         self.maxima[name] = torch.maximum(self.maxima[name], value) if name in self.maxima else value
 
 
+def _planned_optimizer_steps(trainer, num_mini_batches: int) -> int | float:
+    """Optimizer steps the fit will run: ``num_mini_batches`` per rollout step, capped by ``max_steps``.
+
+    Under manual optimization ``trainer.global_step`` (and so ``trainer.max_steps``) counts
+    ``optimizer.step()`` calls, while the epoch budget counts rollout batches; Lightning's
+    ``estimated_stepping_batches`` takes the min of the two without converting units.
+    """
+    if trainer is None:
+        return 1
+    if trainer.max_epochs == -1:  # no epoch budget: max_steps alone (inf when it is -1 too)
+        return max(1, trainer.max_steps) if trainer.max_steps != -1 else math.inf
+    trainer.estimated_stepping_batches  # noqa: B018 (sets up the train loader when needed)
+    batches = trainer.num_training_batches
+    if batches == math.inf:
+        return max(1, trainer.max_steps) if trainer.max_steps != -1 else math.inf
+    total = int(batches) * max(trainer.max_epochs, 1) * num_mini_batches
+    return max(1, min(total, trainer.max_steps) if trainer.max_steps != -1 else total)
+
+
 def _lr_lambda(warmup_steps: int, schedule: str, total_steps: int, min_ratio: float):
     def factor(step: int) -> float:
         if warmup_steps > 0 and step < warmup_steps:
             return (step + 1) / warmup_steps
         if schedule == "cosine":
-            progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+            # `step` counts the optimizer steps already taken (the scheduler steps after each), so
+            # the last optimizer step, step = total_steps - 1, runs at exactly min_ratio * lr.
+            progress = min(1.0, (step - warmup_steps) / max(1, total_steps - 1 - warmup_steps))
             return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
         return 1.0
 

@@ -3,7 +3,6 @@
 The data package knows nothing of training or techniques.
 """
 
-from lite_ppo.data.datamodule import MathDataModule
 from lite_ppo.data.jsonl import DataFormatError, load_jsonl_problems, load_parquet_problems, load_problems
 from lite_ppo.data.mixture import TierMixture
 from lite_ppo.data.problem import Problem
@@ -24,3 +23,12 @@ __all__ = [
     "load_parquet_problems",
     "load_problems",
 ]
+
+
+def __getattr__(name: str):
+    # Lazy: the DataModule imports Lightning, which `lite-ppo data` and the data files do not need.
+    if name == "MathDataModule":
+        from lite_ppo.data.datamodule import MathDataModule
+
+        return MathDataModule
+    raise AttributeError(f"module 'lite_ppo.data' has no attribute {name!r}")

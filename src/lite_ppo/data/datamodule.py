@@ -13,6 +13,7 @@ from lite_ppo.data.loader import BatchDataset, OrderedSampler, ResumableDataLoad
 from lite_ppo.data.mixture import TierMixture
 from lite_ppo.data.pools import TierPool, build_pool
 from lite_ppo.data.problem import Problem
+from lite_ppo.errors import UserError
 
 DEFAULT_SOURCES = {"easy": "synthetic:easy", "medium": "synthetic:medium", "hard": "synthetic:hard"}
 
@@ -42,9 +43,10 @@ class MathDataModule(LightningDataModule):
     batch ``k + 1``.
 
     Args:
-        sources: tier name -> ``"synthetic:easy" | "synthetic:medium" | "synthetic:hard"`` or the
-            path of a JSONL (or Parquet) file in the shared/data schema. Default: the three
-            synthetic tiers named easy, medium and hard.
+        sources: tier name -> ``"synthetic:easy" | "synthetic:medium" | "synthetic:hard"``, a
+            registered dataset name (``"paper:easy"``, ``"paper:medium"``, ``"paper:hard"``, ...;
+            ``lite-ppo data list``) or the path of a JSONL (``.jsonl.gz``, Parquet) file in the
+            project's schema. Default: the three synthetic tiers named easy, medium and hard.
         weights: relative tier weights (missing tiers weigh 0; not all zero). Default
             ``{"easy": 1.0}``.
         schedule: optional curriculum, entries ``{"step": k0, "weights": {...}}``; at batch ``k``
@@ -56,11 +58,14 @@ class MathDataModule(LightningDataModule):
         val_size: problems held out per tier for validation (0: no validation loader). They are
             never used for training.
         val_batch_size: problems per validation batch (default: ``prompts_per_step``).
+        data_dir: a folder of data files in the schema named like the registry's files
+            (``easy.jsonl``, ``medium.jsonl``, ``hard.jsonl``); for dataset names it wins over the
+            shipped and cached copies (offline clusters).
 
     Example (YAML for LightningCLI)::
 
         data:
-          sources: {easy: /data/train/easy.jsonl, hard: synthetic:hard}
+          sources: {easy: paper:easy, medium: /data/train/medium.jsonl, hard: synthetic:hard}
           weights: {easy: 1.0}
           schedule: [{step: 200, weights: {easy: 0.5, hard: 0.5}}]
           prompts_per_step: 128
@@ -77,21 +82,23 @@ class MathDataModule(LightningDataModule):
         seed: int = 42,
         val_size: int = 0,
         val_batch_size: int | None = None,
+        data_dir: str | None = None,
     ) -> None:
         super().__init__()
         self.sources = dict(DEFAULT_SOURCES if sources is None else sources)
         for name, value in (("prompts_per_step", prompts_per_step), ("steps_per_epoch", steps_per_epoch)):
             if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+                raise UserError(f"data.{name} must be >= 1, got {value}")
         if val_size < 0:
-            raise ValueError(f"val_size must be >= 0, got {val_size}")
+            raise UserError(f"data.val_size must be >= 0 (0: no held-out problems), got {val_size}")
         if val_batch_size is not None and val_batch_size < 1:
-            raise ValueError(f"val_batch_size must be >= 1, got {val_batch_size}")
+            raise UserError(f"data.val_batch_size must be >= 1 or null (null: data.prompts_per_step), got {val_batch_size}")
         # Validated here, before any file is read, so a bad YAML fails at start with its message.
         self.mixture = TierMixture(list(self.sources), {"easy": 1.0} if weights is None else weights, schedule)
         self.prompts_per_step, self.steps_per_epoch, self.seed = prompts_per_step, steps_per_epoch, seed
         self.val_size = val_size
         self.val_batch_size = val_batch_size or prompts_per_step
+        self.data_dir = data_dir
         self.consumed_batches = 0
         self._pools: dict[str, TierPool] | None = None
 
@@ -103,7 +110,7 @@ class MathDataModule(LightningDataModule):
     def pools(self) -> dict[str, TierPool]:
         """The tier pools, built on first use (files are read then)."""
         if self._pools is None:
-            self._pools = {tier: build_pool(tier, spec, self.seed, self.val_size) for tier, spec in self.sources.items()}
+            self._pools = {tier: build_pool(tier, spec, self.seed, self.val_size, self.data_dir) for tier, spec in self.sources.items()}
         return self._pools
 
     def weights_at(self, k: int) -> dict[str, float]:
@@ -127,7 +134,7 @@ class MathDataModule(LightningDataModule):
     def rank_batch(self, k: int, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
         """The loader item of batch ``k`` for ``rank``: ``{"problems", "index", "offset"}``."""
         if self.prompts_per_step % world_size:
-            raise ValueError(
+            raise UserError(
                 f"prompts_per_step={self.prompts_per_step} is not divisible by the world size {world_size}; "
                 "every rank must generate for an equal share of the global batch"
             )

@@ -7,11 +7,13 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lite_ppo.errors import UserError
+
 
 def validate_weights(weights: Mapping[str, float], tiers: Sequence[str], where: str) -> dict[str, float]:
     """Check a ``{tier: weight}`` mapping and return it over all ``tiers`` (missing tiers weigh 0).
 
-    Raises ``ValueError`` naming ``where`` when a tier is unknown, a weight is negative or not a
+    Raises :class:`~lite_ppo.errors.UserError` naming ``where`` when a tier is unknown, a weight is negative or not a
     finite number, or every weight is zero.
 
     Example:
@@ -19,17 +21,17 @@ def validate_weights(weights: Mapping[str, float], tiers: Sequence[str], where: 
         {'easy': 1.0, 'hard': 0.0}
     """
     if not isinstance(weights, Mapping):
-        raise ValueError(f"{where}: expected a mapping {{tier: weight}}, got {type(weights).__name__}")
+        raise UserError(f"{where}: expected a mapping {{tier: weight}}, got {type(weights).__name__}")
     known = ", ".join(tiers)
     for tier, weight in weights.items():
         if tier not in tiers:
-            raise ValueError(f"{where}: unknown tier {tier!r}; the tiers defined in sources are: {known}")
+            raise UserError(f"{where}: unknown tier {tier!r}; the tiers defined in sources are: {known}")
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-            raise ValueError(f"{where}: weight of tier {tier!r} must be a finite number, got {weight!r}")
+            raise UserError(f"{where}: weight of tier {tier!r} must be a finite number, got {weight!r}")
         if weight < 0:
-            raise ValueError(f"{where}: weight of tier {tier!r} is negative ({weight}); weights must be >= 0")
+            raise UserError(f"{where}: weight of tier {tier!r} is negative ({weight}); weights must be >= 0")
     if not any(weight > 0 for weight in weights.values()):
-        raise ValueError(f"{where}: all tier weights are zero; give at least one of {known} a positive weight")
+        raise UserError(f"{where}: all tier weights are zero; give at least one of {known} a positive weight")
     return {tier: float(weights.get(tier, 0.0)) for tier in tiers}
 
 
@@ -58,22 +60,22 @@ class TierMixture:
         self, tiers: Sequence[str], weights: Mapping[str, float], schedule: Sequence[Mapping[str, Any]] | None = None
     ) -> None:
         if not tiers:
-            raise ValueError("sources: define at least one tier")
+            raise UserError("sources: define at least one tier")
         self.tiers = tuple(tiers)
         self.base = validate_weights(weights, self.tiers, "weights")
         entries: list[tuple[int, dict[str, float]]] = []
         for position, entry in enumerate(schedule or []):
             where = f"schedule[{position}]"
             if not isinstance(entry, Mapping) or set(entry) != {"step", "weights"}:
-                raise ValueError(f"{where}: expected {{'step': int, 'weights': {{tier: weight}}}}, got {entry!r}")
+                raise UserError(f"{where}: expected {{'step': int, 'weights': {{tier: weight}}}}, got {entry!r}")
             step = entry["step"]
             if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-                raise ValueError(f"{where}: 'step' must be an integer >= 0, got {step!r}")
+                raise UserError(f"{where}: 'step' must be an integer >= 0, got {step!r}")
             entries.append((step, validate_weights(entry["weights"], self.tiers, f"{where}.weights")))
         entries.sort(key=lambda item: item[0])
         for (step, _), (next_step, _) in zip(entries, entries[1:]):
             if step == next_step:
-                raise ValueError(f"schedule: two entries have step {step}; steps must be distinct")
+                raise UserError(f"schedule: two entries have step {step}; steps must be distinct")
         self.schedule = tuple(entries)
 
     def weights_at(self, k: int) -> dict[str, float]:

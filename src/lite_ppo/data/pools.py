@@ -1,7 +1,9 @@
 """Per-tier problem pools: a training stream addressed by prompt position, and a held-out split.
 
-A pool is built from a source spec, ``"synthetic:<easy|medium|hard>"`` or a data file path. The
-held-out split is drawn once from the seed, and training never yields a held-out problem text.
+A pool is built from a source spec: ``"synthetic:<easy|medium|hard>"``, a registered dataset name
+(``"paper:easy"``, ``"paper:hard"``, ``"gsm8k"``...; :mod:`lite_ppo.data.registry`) or a data file
+path. The held-out split is drawn once from the seed, and training never yields a held-out problem
+text.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import random
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from lite_ppo.data.jsonl import load_problems
+from lite_ppo.data import registry
+from lite_ppo.data.jsonl import DataFormatError, load_problems
 from lite_ppo.data.problem import Problem
 from lite_ppo.data.synthetic import EASY_CAPACITY, TIERS, SyntheticSource
 
@@ -120,22 +123,52 @@ class SyntheticPool(TierPool):
         return list(self._held)
 
 
-def build_pool(tier: str, spec: str, seed: int, val_size: int) -> TierPool:
+def build_pool(tier: str, spec: str, seed: int, val_size: int, data_dir: str | os.PathLike[str] | None = None) -> TierPool:
     """Make the pool for ``sources[tier] = spec``.
+
+    Args:
+        tier: the data module's name for the source.
+        spec: ``"synthetic:<tier>"``, a registered dataset name (``"paper:hard"``) or a file path.
+        seed, val_size: see :class:`FilePool`.
+        data_dir: a folder of files in the schema that wins over the shipped / cached copies of
+            registered datasets (``easy.jsonl``, ``medium.jsonl``, ``hard.jsonl``, ...).
 
     Example:
         >>> build_pool("easy", "synthetic:easy", seed=1, val_size=0).train_problem(0).tier
         'easy'
+        >>> len(build_pool("easy", "paper:easy", seed=1, val_size=0).held_out)
+        0
     """
     if not isinstance(spec, str) or not spec:
-        raise ValueError(f"sources[{tier!r}]: expected 'synthetic:<tier>' or a file path, got {spec!r}")
+        raise ValueError(f"sources[{tier!r}]: expected 'synthetic:<tier>', a dataset name or a file path, got {spec!r}")
     if spec.startswith(SYNTHETIC_PREFIX):
         difficulty = spec[len(SYNTHETIC_PREFIX):]
         if difficulty not in TIERS:
             choices = ", ".join(SYNTHETIC_PREFIX + t for t in TIERS)
             raise ValueError(f"sources[{tier!r}]: unknown synthetic tier {difficulty!r}; use one of {choices}")
         return SyntheticPool(tier, difficulty, seed, val_size)
+    if registry.is_dataset_name(spec):
+        problems = _load_dataset(tier, spec, data_dir)
+        return FilePool(tier, problems, seed, val_size, name=spec)
     path = Path(os.path.expanduser(spec))
     if not path.is_file():
-        raise FileNotFoundError(f"sources[{tier!r}]: no such file {spec!r} (and it is not 'synthetic:<tier>')")
+        raise registry.UserError(f"data.sources[{tier!r}]: no such file {spec!r} (and it is not 'synthetic:<tier>' or a dataset name: {', '.join(registry.DATASETS)})")
     return FilePool(tier, load_problems(path, tier=tier), seed, val_size, name=str(path))
+
+
+def _load_dataset(tier: str, name: str, data_dir: str | os.PathLike[str] | None) -> list[Problem]:
+    """The rows of a registered dataset (all parts of a composite, in order), tier set to ``tier``."""
+    try:
+        paths = registry.locate(name, data_dir)
+    except registry.UserError as error:
+        raise registry.UserError(f"sources[{tier!r}]: {error}") from None
+    problems: list[Problem] = []
+    first_file: dict[str, Path] = {}
+    for path in paths:
+        for problem in load_problems(path, tier=tier):
+            # The parts of a composite must not share ids (results and logs are keyed by id).
+            if problem.id in first_file:
+                raise DataFormatError(f"{path}: field 'id' repeats '{problem.id}' (also in {first_file[problem.id]})")
+            first_file[problem.id] = path
+            problems.append(problem)
+    return problems

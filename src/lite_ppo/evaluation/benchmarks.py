@@ -1,19 +1,23 @@
 """Benchmarks: which evaluation files exist, where they live, and how to load them.
 
-A benchmark is a JSONL file in the shared data schema (``id``, ``problem``, ``answer``,
-``source``; shared/data/README.md) plus a short name used in metric keys
-(``eval/<name>/accuracy``), a display title and whether it counts in the paper's average.
-The files are never shipped with the project: a user points ``data_dir`` at the folder that holds
-them (``--data-dir`` on the command, ``data_dir:`` in YAML, or ``$LITE_PPO_EVAL_DIR``).
+A benchmark is a JSONL file in the project's schema (``id``, ``problem``, ``answer``, ``source``)
+plus a short name used in metric keys (``eval/<name>/accuracy``), a display title and whether it
+counts in the paper's average. The built-in benchmarks are registered datasets
+(:mod:`lite_ppo.data.registry`): MATH-500 and GSM8K ship with the package, the others are fetched
+by name from the Hugging Face Hub (``lite-ppo data fetch NAME``) into the user cache. A data folder
+(``--data-dir`` on the command, ``data_dir:`` in YAML, or ``$LITE_PPO_EVAL_DIR``) holding files
+named like the registry's (``aime24.jsonl``) wins over both; a custom benchmark names its own file.
 
-The registry :data:`DEFAULT_BENCHMARKS` lists the paper's six benchmarks (their unweighted mean
-is the paper's "average") plus GSM8K test, which is reported but kept out of the average.
-``configs/eval/benchmarks.yaml`` is the same list as YAML.
+:data:`DEFAULT_BENCHMARKS` lists the paper's six benchmarks (their unweighted mean is the paper's
+"average"; ``paper`` is their alias) plus GSM8K test, which is reported but kept out of the
+average. ``configs/eval/benchmarks.yaml`` is the same list as YAML.
 
 Example:
     >>> specs, data_dir = load_benchmark_config(None)
     >>> [s.name for s in specs][:3], data_dir
     (['math500', 'aime24', 'aime25'], None)
+    >>> [s.name for s in load_benchmark_config("paper")[0]]
+    ['math500', 'aime24', 'aime25', 'amc23', 'minerva_math', 'olympiadbench']
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from lite_ppo.data import registry
 from lite_ppo.data.jsonl import load_problems
 from lite_ppo.data.problem import Problem
 
@@ -39,10 +44,13 @@ class BenchmarkSpec:
 
     Args:
         name: key in metric names (``eval/<name>/accuracy``); letters, digits, ``_`` and ``-``.
-        file: the JSONL (or Parquet) file, relative to the data folder or absolute.
+        file: the JSONL (``.jsonl.gz``, Parquet) file, relative to the data folder or absolute;
+            for a registered dataset the file name looked for in a data folder.
         title: display name in tables (default: ``name``).
         limit: evaluate only the first ``limit`` problems (None: all).
         in_average: counts in the ``average`` / ``weighted_average`` rows.
+        dataset: the registered dataset (``lite-ppo data list``) whose rows these are; its
+            shipped or cached copy is used unless the data folder holds ``file``.
 
     Example:
         >>> BenchmarkSpec("math500", "math500.jsonl", title="MATH-500", limit=100).display
@@ -54,6 +62,7 @@ class BenchmarkSpec:
     title: str | None = None
     limit: int | None = None
     in_average: bool = True
+    dataset: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -64,20 +73,16 @@ class BenchmarkSpec:
             raise ValueError(f"benchmark {self.name!r}: 'file' must be a non-empty path")
         if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1):
             raise ValueError(f"benchmark {self.name!r}: 'limit' must be an integer >= 1 or null, got {self.limit!r}")
+        if self.dataset is not None and self.dataset not in registry.DATASETS:
+            raise ValueError(f"benchmark {self.name!r}: unknown dataset {self.dataset!r}; known: {', '.join(registry.DATASETS)}")
 
     @property
     def display(self) -> str:
         return self.title or self.name
 
 
-DEFAULT_BENCHMARKS: tuple[BenchmarkSpec, ...] = (
-    BenchmarkSpec("math500", "math500.jsonl", "MATH-500"),
-    BenchmarkSpec("aime24", "aime24.jsonl", "AIME24"),
-    BenchmarkSpec("aime25", "aime25.jsonl", "AIME25"),
-    BenchmarkSpec("amc23", "amc23.jsonl", "AMC23"),
-    BenchmarkSpec("minerva_math", "minerva_math.jsonl", "MinervaMath"),
-    BenchmarkSpec("olympiadbench", "olympiadbench.jsonl", "OlympiadBench"),
-    BenchmarkSpec("gsm8k", "gsm8k_test.jsonl", "GSM8K", in_average=False),
+DEFAULT_BENCHMARKS: tuple[BenchmarkSpec, ...] = tuple(
+    BenchmarkSpec(d.name, d.filename, d.title, in_average=d.in_average, dataset=d.name) for d in registry.DATASETS.values() if d.role == "eval"
 )
 _BY_NAME = {spec.name: spec for spec in DEFAULT_BENCHMARKS}
 
@@ -85,10 +90,11 @@ _BY_NAME = {spec.name: spec for spec in DEFAULT_BENCHMARKS}
 def spec_from_mapping(entry: Any, where: str) -> BenchmarkSpec:
     """Build a :class:`BenchmarkSpec` from a YAML mapping, naming ``where`` in every error.
 
-    An entry may also be a bare registry name (``"math500"``).
+    An entry may also be a bare registry name (``"math500"``); a mapping with a registry name and no
+    ``file`` is that benchmark with the mapping's changes (``{name: gsm8k, limit: 50}``).
 
     Example:
-        >>> spec_from_mapping({"name": "gsm8k", "file": "gsm8k_test.jsonl", "limit": 50}, "cfg[0]").limit
+        >>> spec_from_mapping({"name": "mine", "file": "mine.jsonl", "limit": 50}, "cfg[0]").limit
         50
         >>> spec_from_mapping("aime24", "cfg[1]").file
         'aime24.jsonl'
@@ -118,9 +124,10 @@ def spec_from_mapping(entry: Any, where: str) -> BenchmarkSpec:
 
 
 def parse_benchmark_list(entries: Any, where: str) -> list[BenchmarkSpec]:
-    """Specs from a list of mappings / registry names; names must be unique."""
+    """Specs from a list of mappings / registry names (``paper``: the paper's six); names must be unique."""
     if not isinstance(entries, Sequence) or isinstance(entries, (str, bytes)) or not entries:
         raise ValueError(f"{where}: expected a non-empty list of benchmarks")
+    entries = [name for entry in entries for name in (registry.ALIASES["paper"] if entry == "paper" else (entry,))]
     specs = [spec_from_mapping(entry, f"{where}[{i}]") for i, entry in enumerate(entries)]
     seen: set[str] = set()
     for spec in specs:
@@ -135,8 +142,8 @@ def load_benchmark_config(source: str | os.PathLike[str] | Sequence[Any] | None)
 
     Args:
         source: ``None`` (the registry), a YAML file (``{data_dir?, benchmarks: [...]}`` or a bare
-            list), a comma-separated list of registry names (``"math500,gsm8k"``), a list of
-            mappings / registry names, or an empty list (no benchmarks: only the held-out split of
+            list), a comma-separated list of registry names (``"math500,gsm8k"``; ``"paper"`` is the
+            paper's six), a list of mappings / registry names, or an empty list (no benchmarks: only the held-out split of
             the training tiers is evaluated, which needs no files).
 
     Example:
@@ -177,19 +184,17 @@ def _load_yaml(path: Path) -> tuple[list[BenchmarkSpec], str | None]:
     return parse_benchmark_list(data["benchmarks"], f"{path}: benchmarks"), data_dir
 
 
-def resolve_data_dir(explicit: str | os.PathLike[str] | None, configured: str | None = None) -> Path:
-    """The folder holding the benchmark files: the explicit argument, else the config's
-    ``data_dir``, else ``$LITE_PPO_EVAL_DIR``. Fails with a message saying how to give it."""
+def resolve_data_dir(explicit: str | os.PathLike[str] | None, configured: str | None = None) -> Path | None:
+    """The folder holding benchmark files: the explicit argument, else the config's ``data_dir``,
+    else ``$LITE_PPO_EVAL_DIR``, else None (registered benchmarks then come from the package or the
+    cache, custom ones from paths relative to the working directory)."""
     for value in (explicit, configured, os.environ.get(ENV_DATA_DIR)):
         if value:
             path = Path(os.path.expanduser(str(value)))
             if not path.is_dir():
                 raise FileNotFoundError(f"benchmark data folder {str(path)!r} does not exist")
             return path
-    raise ValueError(
-        "no benchmark data folder given: pass --data-dir (command), data_dir (Evaluation callback or the "
-        f"benchmark YAML), or set ${ENV_DATA_DIR}; the files are not shipped with the project"
-    )
+    return None
 
 
 def apply_limit(specs: Sequence[BenchmarkSpec], limit: int | None) -> list[BenchmarkSpec]:
@@ -201,24 +206,48 @@ def apply_limit(specs: Sequence[BenchmarkSpec], limit: int | None) -> list[Bench
     return [replace(s, limit=limit if s.limit is None else min(s.limit, limit)) for s in specs]
 
 
-def load_benchmark(spec: BenchmarkSpec, data_dir: str | os.PathLike[str] | None) -> list[Problem]:
-    """The first ``spec.limit`` problems of the benchmark file, tier set to the benchmark name.
+def benchmark_paths(specs: Sequence[BenchmarkSpec], data_dir: str | os.PathLike[str] | None, fetch_missing: bool | None = None) -> list[list[Path]]:
+    """The file(s) of every benchmark; all missing registered sets are named in one error.
+
+    ``fetch_missing``: fetch missing registered sets from the Hub now (default: only when no
+    ``data_dir`` is given and no offline variable is set; see :func:`lite_ppo.data.registry.locate_many`).
 
     Raises:
-        FileNotFoundError: the file does not exist (the message names the file and the benchmark).
-        DataFormatError: a malformed line (``<file>:<line>: <what is wrong>``).
+        DatasetMissing: registered sets that are neither in ``data_dir``, shipped nor cached (and
+            could not be fetched); the one-line message names them and ``lite-ppo data fetch ...``.
+        FileNotFoundError: a custom benchmark's file does not exist.
     """
-    path = Path(os.path.expanduser(spec.file))
-    if not path.is_absolute() and data_dir is not None:
-        path = Path(data_dir) / path
-    if not path.is_file():
-        raise FileNotFoundError(f"benchmark {spec.name!r}: file {str(path)!r} does not exist (check data_dir / --data-dir)")
-    problems = load_problems(path, tier=spec.name)
-    if not problems:
-        raise ValueError(f"benchmark {spec.name!r}: file {str(path)!r} holds no problems")
+    named = [s.dataset for s in specs if s.dataset]
+    located = registry.locate_many(named, data_dir, fetch_missing) if named else {}
+    paths = []
+    for spec in specs:
+        if spec.dataset:
+            paths.append(located[spec.dataset])
+            continue
+        path = Path(os.path.expanduser(spec.file))
+        if not path.is_absolute() and data_dir is not None:
+            path = Path(data_dir) / path
+        if not path.is_file():
+            raise FileNotFoundError(f"benchmark {spec.name!r}: file {str(path)!r} does not exist (check data_dir / --data-dir)")
+        paths.append([path])
+    return paths
+
+
+def _load(spec: BenchmarkSpec, paths: Sequence[Path]) -> list[Problem]:
+    problems = [problem for path in paths for problem in load_problems(path, tier=spec.name)]
     return problems[: spec.limit] if spec.limit is not None else problems
 
 
-def load_benchmarks(specs: Sequence[BenchmarkSpec], data_dir: str | os.PathLike[str] | None) -> list[tuple[BenchmarkSpec, list[Problem]]]:
-    """Load every benchmark (all files are read, so every missing file fails up front)."""
-    return [(spec, load_benchmark(spec, data_dir)) for spec in specs]
+def load_benchmark(spec: BenchmarkSpec, data_dir: str | os.PathLike[str] | None, fetch_missing: bool | None = None) -> list[Problem]:
+    """The first ``spec.limit`` problems of the benchmark, tier set to the benchmark name.
+
+    Raises:
+        DatasetMissing / FileNotFoundError: see :func:`benchmark_paths`.
+        DataFormatError: a malformed line or an empty file (``<file>:<line>: <what is wrong>``).
+    """
+    return _load(spec, benchmark_paths([spec], data_dir, fetch_missing)[0])
+
+
+def load_benchmarks(specs: Sequence[BenchmarkSpec], data_dir: str | os.PathLike[str] | None, fetch_missing: bool | None = None) -> list[tuple[BenchmarkSpec, list[Problem]]]:
+    """Load every benchmark; every missing set is reported in one error before any file is read."""
+    return [(spec, _load(spec, paths)) for spec, paths in zip(specs, benchmark_paths(specs, data_dir, fetch_missing))]

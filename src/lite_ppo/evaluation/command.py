@@ -1,8 +1,8 @@
 """``lite-ppo evaluate``: benchmark a HF folder, a builtin model or a training checkpoint.
 
-    lite-ppo evaluate --model builtin:smollm2-135m-instruct --data-dir ../shared/data/eval --out eval_out
-    lite-ppo evaluate --model runs/ckpt/last.ckpt --benchmarks configs/eval/benchmarks.yaml \\
-        --data-dir ../shared/data/eval --out eval_out --engine vllm --n 8 --temperature 0.6 --max-new-tokens 4096
+    lite-ppo evaluate --model builtin:smollm2-135m-instruct --benchmarks math500,gsm8k --out eval_out
+    lite-ppo evaluate --model runs/ckpt/last.ckpt --benchmarks paper \\
+        --out eval_out --engine vllm --n 8 --temperature 0.6 --max-new-tokens 4096
     lite-ppo evaluate --model runs/ckpt/last.ckpt --config configs/recipes/lite_ppo.yaml --config my_model.yaml ...
 
 Writes ``OUT/metrics.json`` (every metric per benchmark plus the averages and the settings),
@@ -39,9 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--benchmarks",
         default=None,
-        help=f"benchmark YAML, or comma-separated registry names (math500,aime24,...); default {DEFAULT_BENCHMARK_CONFIG} when it exists, else the built-in list",
+        help=f"benchmark YAML, or comma-separated dataset names (math500,aime24,...; 'paper' = the paper's six); default {DEFAULT_BENCHMARK_CONFIG} when it exists, else the built-in list",
     )
-    parser.add_argument("--data-dir", default=None, help="folder holding the benchmark files (else the YAML's data_dir, else $LITE_PPO_EVAL_DIR)")
+    parser.add_argument("--data-dir", default=None, help="folder of benchmark files named like the registry's (aime24.jsonl, ...); wins over the shipped and cached copies (else the YAML's data_dir, else $LITE_PPO_EVAL_DIR)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--config", action="append", default=[], help="training YAML(s) whose rollout.{prompt,reward,engine,eval_sampling} to use (repeatable, later wins)")
     parser.add_argument("--engine", choices=["hf", "vllm"], default=None, help="rollout engine (default: the config's, else hf)")
@@ -162,7 +162,7 @@ def sampling_from_args(args: argparse.Namespace, section: dict[str, Any]):
 # ------------------------------------------------------------------ the command
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate as ``args`` say; returns the metrics.json payload."""
-    # vLLM on CPU must run in-process (DESIGN.md); harmless for HF.
+    # vLLM on CPU must run in-process (in-place weight updates); harmless for HF.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from lite_ppo.callbacks.rollout import Rollout
     from lite_ppo.data.prompts import PromptFormatter
@@ -209,7 +209,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "sampling": {k: getattr(sampling, k) for k in ("n", "greedy", "temperature", "top_p", "top_k", "max_new_tokens")},
         "prompt": {"style": prompt.resolved_style(module.tokenizer), "instruction": prompt.instruction, "system_prompt": prompt.system_prompt},
         "reward": {"class": type(reward).__name__, "require_boxed": getattr(reward, "require_boxed", None), "timeout_seconds": getattr(reward, "timeout_seconds", None)},
-        "data_dir": str(data_dir),
+        "data_dir": None if data_dir is None else str(data_dir),
         "benchmark_files": {spec.name: spec.file for spec, _ in benchmarks},
         "limits": {spec.name: spec.limit for spec, _ in benchmarks},
         "averaged": [spec.name for spec, _ in benchmarks if spec.in_average],

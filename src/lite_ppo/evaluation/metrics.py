@@ -13,7 +13,7 @@ Each problem gets ``n`` responses (``n = 1`` for greedy decoding). Per benchmark
 - ``response_length``: mean tokens per response (EOS included when generated).
 - ``truncation_rate``: share of responses that hit ``max_new_tokens`` without finishing.
 - ``unparsed_rate``: share of responses whose answer math-verify could not judge
-  (status ``unparsed``, ``no_box``, ``timeout`` or ``error``; see ``MathVerifyReward``).
+  (status ``unparsed``, ``no_box``, ``timeout``, ``batch_timeout`` or ``error``; see ``MathVerifyReward``).
 - ``status/<status>``: share of each reward status; ``num_problems``, ``num_responses``.
 
 Averages over benchmarks (:func:`average_metrics`): ``average`` is the unweighted mean over the
@@ -32,7 +32,7 @@ from torchmetrics import Metric
 from lite_ppo.rewards import STATUSES
 
 CORRECT_INDEX = STATUSES.index("correct")
-UNPARSED_STATUSES = ("unparsed", "no_box", "timeout", "error")
+UNPARSED_STATUSES = ("unparsed", "no_box", "timeout", "batch_timeout", "error")
 UNPARSED_INDICES = tuple(STATUSES.index(s) for s in UNPARSED_STATUSES)
 COUNT_KEYS = ("num_problems", "num_responses")
 

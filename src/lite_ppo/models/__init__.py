@@ -2,7 +2,7 @@
 
 ``resolve_model`` turns a config's model name into a local Hugging Face folder: a local
 path as is, or a project-built ``builtin:`` model (``builtin:tiny``, ``builtin:tiny-qwen3``,
-``builtin:smollm2-135m-instruct``) built once into a cache.
+``builtin:tiny-arith``, ``builtin:smollm2-135m-instruct``) built once into a cache.
 
 Example:
     >>> from lite_ppo.models import resolve_model
@@ -12,9 +12,11 @@ Example:
 from lite_ppo.models.registry import BUILTINS, cache_dir, resolve_model
 from lite_ppo.models.smollm2 import find_smollm2_gguf, prepare_smollm2
 from lite_ppo.models.tiny import build_tiny_model, build_tiny_tokenizer
+from lite_ppo.models.tiny_arith import build_tiny_arith_model
 
 __all__ = [
     "BUILTINS",
+    "build_tiny_arith_model",
     "build_tiny_model",
     "build_tiny_tokenizer",
     "cache_dir",

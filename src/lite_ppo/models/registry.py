@@ -26,8 +26,10 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from lite_ppo.errors import UserError
 from lite_ppo.models.smollm2 import prepare_smollm2
 from lite_ppo.models.tiny import build_tiny_model
+from lite_ppo.models.tiny_arith import build_tiny_arith_model
 
 __all__ = ["BUILTIN_PREFIX", "BUILTINS", "Builtin", "cache_dir", "resolve_model"]
 
@@ -56,6 +58,11 @@ BUILTINS: dict[str, Builtin] = {
         lambda path: build_tiny_model(path, seed=0, architecture="qwen3"),
         version=1,
         description="the same tiny model with the Qwen3 architecture",
+    ),
+    "tiny-arith": Builtin(
+        build_tiny_arith_model,
+        version=1,
+        description="the tiny Llama briefly pre-trained on easy arithmetic: right on some problems, the smoke model",
     ),
     "smollm2-135m-instruct": Builtin(
         prepare_smollm2,
@@ -121,12 +128,12 @@ def resolve_model(name_or_path: str) -> str:
     no model-hub download.
 
     Args:
-        name_or_path: ``"builtin:tiny"``, ``"builtin:tiny-qwen3"``,
+        name_or_path: ``"builtin:tiny"``, ``"builtin:tiny-qwen3"``, ``"builtin:tiny-arith"``,
             ``"builtin:smollm2-135m-instruct"`` or a folder path.
 
     Raises:
-        ValueError: an unknown builtin name (the message lists the known ones).
-        FileNotFoundError: the path does not exist or holds no ``config.json``.
+        UserError: an unknown builtin name (the message lists the known ones), or a path that does
+            not exist or holds no ``config.json``.
 
     Example:
         >>> resolve_model("builtin:tiny")          # doctest: +SKIP
@@ -136,14 +143,14 @@ def resolve_model(name_or_path: str) -> str:
         name = name_or_path[len(BUILTIN_PREFIX) :]
         if name not in BUILTINS:
             known = ", ".join(BUILTIN_PREFIX + n for n in BUILTINS)
-            raise ValueError(f"unknown builtin model {name_or_path!r}; known: {known}")
+            raise UserError(f"model {name_or_path!r} (model.model_path / --model): unknown builtin; known: {known}")
         return _build_builtin(name)
     path = os.path.expanduser(name_or_path)
     if not os.path.isdir(path):
-        raise FileNotFoundError(
-            f"model folder {path!r} does not exist (models load from local folders or "
-            f"'{BUILTIN_PREFIX}<name>'; there are no model-hub downloads)"
+        raise UserError(
+            f"model {path!r} (model.model_path / --model): no such folder; give a local Hugging Face folder or "
+            f"'{BUILTIN_PREFIX}<name>' (there are no model-hub downloads)"
         )
     if not os.path.isfile(os.path.join(path, "config.json")):
-        raise FileNotFoundError(f"model folder {path!r} has no config.json: not a Hugging Face model folder")
+        raise UserError(f"model {path!r} (model.model_path / --model): the folder has no config.json, it is not a Hugging Face model folder")
     return path

@@ -142,12 +142,14 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def tiny_config(vocab_size: int, architecture: str = "llama") -> PreTrainedConfig:
+def tiny_config(vocab_size: int, architecture: str = "llama", **overrides) -> PreTrainedConfig:
     """Return the config of the tiny model for a given vocabulary size.
 
     head_dim is 64 (2 heads x 64 = hidden 128) because vLLM's CPU attention kernel
     rejects small head sizes such as 16. One key/value head (grouped-query attention)
     mirrors SmolLM2 and Qwen3, so weight packing paths are the same as for real models.
+
+    ``overrides`` replace any of the settings below (``builtin:tiny-arith`` uses 4 heads).
 
     Example:
         >>> tiny_config(512).head_dim
@@ -168,6 +170,7 @@ def tiny_config(vocab_size: int, architecture: str = "llama") -> PreTrainedConfi
         pad_token_id=IM_END_ID,
         dtype="float32",
     )
+    common.update(overrides)
     if architecture == "llama":
         return LlamaConfig(**common)
     if architecture == "qwen3":

@@ -1,6 +1,6 @@
 """Response-level advantages from scalar rewards with independent centre and scale scopes.
 
-PAPER.md, technique 1 ("Advantage normalization"), with r the reward of response i of group g:
+docs/method.md, technique 1 ("Advantage normalization"), with r the reward of response i of group g:
 
     group:   A = (r - mean_group) / (std_group + eps)          (GRPO)
     batch:   A = (r - mean_batch) / (std_batch + eps)          (REINFORCE++)
@@ -11,6 +11,12 @@ The centre (``mean_scope``) and the scale (``std_scope``) are chosen independent
 ``group`` / ``batch`` / ``none``. Standard deviations are Bessel-corrected (``torch.std``'s default,
 as GRPO implementations use); "batch" means the whole global rollout batch, so callers running on
 several ranks pass the global ``batch_stats``.
+
+A response left out of the statistics (weight 0, e.g. a truncated one) still receives an advantage.
+Under a std scale it is never larger in magnitude than the largest |A| of the responses the
+statistics count (:func:`bound_excluded_advantages`): otherwise a truncated response whose
+group-mates share one reward would be divided by std_group + eps = eps and get |A| ~ 1e6. Without a
+scale (``std_scope="none"``) A = r - centre is in reward units already and is left as is.
 """
 
 from __future__ import annotations
@@ -60,6 +66,49 @@ def weighted_mean_std(values: torch.Tensor, weights: torch.Tensor) -> tuple[torc
     return mean, var.sqrt()
 
 
+def excluded_bound_scope(std_scope: str) -> str | None:
+    """Where the bound of an excluded response's advantage comes from: the scope of the std it is
+    divided by (``group`` or ``batch``); None without a std (no division, nothing to bound)."""
+    return None if std_scope == "none" else std_scope
+
+
+def bound_excluded_advantages(
+    advantages: torch.Tensor,
+    included: torch.Tensor,
+    group_ids: torch.Tensor | None = None,
+    batch_bound: torch.Tensor | float | None = None,
+) -> torch.Tensor:
+    """Clamp the advantage of every excluded response to [-M, M], M the largest |A| of the included
+    responses of its group (``group_ids`` given) or of the batch (``batch_bound``, default: over
+    ``advantages``; pass the global value on several ranks). Included responses are unchanged.
+
+    Args:
+        advantages: [B] float.
+        included: [B] bool, True where the response counts in the statistics.
+        group_ids: [B] long for a per-group bound; None for a batch-wide bound.
+        batch_bound: M for a batch-wide bound.
+
+    Returns:
+        [B] advantages; M = 0 (so A = 0) where no response of the group / batch is included.
+
+    Example:
+        >>> bound_excluded_advantages(torch.tensor([0.5, -0.5, -9.0]), torch.tensor([True, True, False]))
+        tensor([ 0.5000, -0.5000, -0.5000])
+    """
+    included = included.bool()
+    magnitude = torch.where(included, advantages.abs(), torch.zeros_like(advantages))
+    if group_ids is not None:
+        _, inverse = torch.unique(group_ids, return_inverse=True)
+        n = int(inverse.max().item()) + 1 if inverse.numel() else 0
+        bound = torch.zeros(n, dtype=advantages.dtype, device=advantages.device).scatter_reduce_(0, inverse, magnitude, reduce="amax")[inverse]
+    elif batch_bound is None:
+        bound = magnitude.max() if magnitude.numel() else magnitude.new_zeros(())
+    else:
+        bound = torch.as_tensor(batch_bound, dtype=advantages.dtype, device=advantages.device)
+    clamped = torch.minimum(torch.maximum(advantages, -bound), bound)
+    return torch.where(included, advantages, clamped)
+
+
 def normalized_advantages(
     rewards: torch.Tensor,
     group_ids: torch.Tensor,
@@ -68,6 +117,7 @@ def normalized_advantages(
     eps: float = 1e-6,
     batch_stats: tuple[torch.Tensor, torch.Tensor] | None = None,
     weights: torch.Tensor | None = None,
+    bound_excluded: bool = True,
 ) -> torch.Tensor:
     """A_i = (r_i - centre_i) / (scale_i + eps), one advantage per response.
 
@@ -76,12 +126,16 @@ def normalized_advantages(
         group_ids: [B] long; responses of one prompt share an id.
         mean_scope: ``group`` | ``batch`` | ``none`` (centre 0).
         std_scope: ``group`` | ``batch`` | ``none`` (scale 1, eps not added).
-        eps: added to the std (PAPER.md: 1e-6).
+        eps: added to the std (docs/method.md: 1e-6).
         batch_stats: (mean, std) of the global batch; computed from ``rewards`` when None.
         weights: [B] non-negative frequency weights of the responses in the group and batch
             statistics (all 1 when None: the paper's definition). ``w_i = L_i`` gives token-weighted
             statistics; ``w_i = 0`` leaves a response out of the statistics (e.g. a truncated one)
             while it still receives an advantage from the others' statistics.
+        bound_excluded: under a std scope, clamp the advantage of each weight-0 response by the
+            largest |A| of the included ones of its group or batch (:func:`excluded_bound_scope`,
+            :func:`bound_excluded_advantages`; a batch bound over ``rewards`` only: callers on
+            several ranks pass False and bound with the global value themselves).
 
     Returns:
         [B] advantages. Under a group scope, a response whose whole group has weight 0 gets 0
@@ -115,4 +169,7 @@ def normalized_advantages(
         out = out / ((g_std if std_scope == "group" else b_std) + eps)
     if uses_group:
         out = torch.where(empty_group, torch.zeros_like(out), out)
+    bound_scope = excluded_bound_scope(std_scope)
+    if bound_excluded and weights is not None and bound_scope is not None:
+        out = bound_excluded_advantages(out, w > 0, group_ids if bound_scope == "group" else None)
     return out.to(out_dtype)

@@ -1,6 +1,6 @@
 """Loss aggregation: how per-token losses l_{i,t} become one scalar.
 
-PAPER.md, technique 3:
+docs/method.md, technique 3:
 
     token level     L_tok = 1 / sum_i L_i * sum_i sum_t l_{i,t}             (``token-mean``)
     sequence level  L_seq = 1 / G * sum_i (1 / L_i) * sum_t l_{i,t}         (``seq-mean-token-mean``)

@@ -1,4 +1,4 @@
-"""How the G responses of each prompt fared: all correct, all wrong, or mixed (PAPER.md diagnostics)."""
+"""How the G responses of each prompt fared: all correct, all wrong, or mixed (docs/method.md, "Diagnostics")."""
 
 from __future__ import annotations
 

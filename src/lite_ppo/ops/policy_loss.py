@@ -1,6 +1,6 @@
 """The clipped surrogate of PPO with an asymmetric clip range (Clip-Higher) and optional dual clip.
 
-PAPER.md, "The base algorithm":
+docs/method.md, "The base algorithm":
 
     rho_{i,t} = exp(log pi_theta - log pi_old)
     l_{i,t}   = -min( rho_{i,t} * A_i , clip(rho_{i,t}, 1 - eps_low, 1 + eps_high) * A_i )

@@ -22,7 +22,11 @@ class RolloutBatch:
     - ``group_ids`` [B]: index of the prompt a response answers; a group never straddles ranks.
     - ``rewards`` [B] float, ``truncated`` [B] bool (hit max tokens without EOS),
       ``response_lengths`` [B] long.
-    - ``advantages`` [B] (one value per response, PAPER.md) once an estimator has run.
+    - ``correct`` [B] bool: the verifier's verdict (the reward's status was ``correct``). Reward
+      shaping edits ``rewards``, never this, so it is what techniques and diagnostics that ask
+      "was this response right?" read. A batch built without a verifier verdict (tests, hand-made
+      batches) counts ``rewards > 0.5`` as correct.
+    - ``advantages`` [B] (one value per response) once an estimator has run.
     - ``old_logprobs`` [B, R]: log pi_old of the sampled tokens, computed once by the module.
     - ``engine_logprobs`` [B, R] or None: the rollout engine's own log-probs, for drift diagnostics.
     - ``token_weights`` [B, R] or None: per-token weights multiplying the surrogate loss (e.g. a
@@ -40,6 +44,7 @@ class RolloutBatch:
     rewards: torch.Tensor
     truncated: torch.Tensor
     response_lengths: torch.Tensor
+    correct: torch.Tensor | None = None
     loss_mask: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     old_logprobs: torch.Tensor | None = None
@@ -51,6 +56,8 @@ class RolloutBatch:
     def __post_init__(self) -> None:
         if self.loss_mask is None:
             self.loss_mask = self.response_mask.clone()
+        if self.correct is None:
+            self.correct = self.rewards.detach() > 0.5
 
     @property
     def num_responses(self) -> int:
@@ -109,7 +116,7 @@ class RolloutBatch:
                     parts.setdefault(name, []).append(pad_resp(value, 0))
             parts.setdefault("group_ids", []).append(b.group_ids + group_offset)
             group_offset += int(b.group_ids.max().item()) + 1 if b.num_responses else 0
-            for name in ("rewards", "truncated", "response_lengths", "advantages"):
+            for name in ("rewards", "truncated", "response_lengths", "correct", "advantages"):
                 value = getattr(b, name)
                 if value is not None:
                     parts.setdefault(name, []).append(value)

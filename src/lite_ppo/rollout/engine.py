@@ -17,7 +17,7 @@ import torch
 class SamplingConfig:
     """Sampling settings, mapped one-to-one onto every engine.
 
-    Paper defaults (PAPER.md, "Training settings"): temperature 0.99, top_p 0.99, top_k 100.
+    Paper defaults (docs/method.md, "Training settings"): temperature 0.99, top_p 0.99, top_k 100.
     ``greedy=True`` ignores temperature/top_p/top_k and takes the arg-max token.
     ``top_k <= 0`` disables top-k; ``top_p >= 1`` disables nucleus sampling.
     """

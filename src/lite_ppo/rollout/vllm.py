@@ -95,6 +95,9 @@ class VLLMEngine(RolloutEngine):
             ``"processed_logprobs"`` (renormalised over the top-k / top-p set: the sampling
             distribution itself) or ``"raw_logprobs"`` (no temperature). See the module doc.
         return_logprobs: report engine log-probs in ``Generation.logprobs``.
+        log_level: level of vLLM's own log lines (``WARNING`` by default: no start-up or per-step
+            INFO lines; ``INFO`` or ``DEBUG`` to diagnose the engine; null leaves vLLM's default and
+            ``VLLM_LOGGING_LEVEL`` in charge). A message vLLM repeats is shown once.
 
     Example (YAML)::
 
@@ -117,6 +120,7 @@ class VLLMEngine(RolloutEngine):
         per_request_seed: bool = False,
         logprobs_mode: Literal["trainer", "processed_logprobs", "raw_logprobs"] = "trainer",
         return_logprobs: bool = True,
+        log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = "WARNING",
     ) -> None:
         if dtype not in ("auto", "bfloat16", "float32"):
             raise ValueError(f"VLLMEngine.dtype must be 'auto', 'bfloat16' or 'float32', got {dtype!r}")
@@ -142,6 +146,7 @@ class VLLMEngine(RolloutEngine):
         self.per_request_seed = per_request_seed
         self.logprobs_mode = logprobs_mode
         self.return_logprobs = return_logprobs
+        self.log_level = log_level
 
         self.last_sync_seconds: float | None = None  # wall time of the last sync_weights
         self.last_sync_buckets: int = 0  # buckets it took
@@ -185,7 +190,15 @@ class VLLMEngine(RolloutEngine):
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self._in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0" and self.tensor_parallel_size == 1
 
+        if self.log_level is not None:
+            os.environ["VLLM_LOGGING_LEVEL"] = self.log_level  # read when vllm is first imported
+            if self.log_level != "DEBUG":  # vLLM's own deprecation notices: nothing a user can act on
+                warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")
+                warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"vllm\.")
         from vllm import LLM
+
+        if self.log_level is not None:
+            _quiet_vllm_logging(self.log_level)
 
         kwargs = dict(
             model=str(model_path),
@@ -212,6 +225,8 @@ class VLLMEngine(RolloutEngine):
         with _preserved_rng_state():
             self._llm = LLM(**kwargs)
         torch.set_num_threads = set_num_threads
+        if self.log_level is not None:
+            _quiet_vllm_logging(self.log_level)  # again: building the LLM re-configures vLLM's handler
         self.startup_seconds = time.perf_counter() - start
         self._engine_dtype = self._llm.llm_engine.model_config.dtype
         self._eos_ids = eos_token_ids(policy, tokenizer)
@@ -436,6 +451,40 @@ def _preserved_rng_state():
     random.setstate(py_state)
     if np is not None:
         np.random.set_state(np_state)
+
+
+class _OncePerMessage(logging.Filter):
+    """Lets each distinct message through once (vLLM repeats some warnings at every step)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self.seen:
+            return False
+        self.seen.add(message)
+        return True
+
+
+# vLLM loggers known to repeat one message while the engine starts (before vLLM has set up its
+# handler, so only a filter on the logger itself catches them).
+_REPEATING_LOGGERS = ("vllm.v1.worker.cpu_worker",)
+
+
+def _quiet_vllm_logging(level: str) -> None:
+    """vLLM's loggers at ``level`` (also when vllm was imported before), each message shown once:
+    vLLM configures its handler lazily, when the first ``LLM`` is built, so this runs before (the
+    loggers) and after (the handler)."""
+    root = logging.getLogger("vllm")
+    root.setLevel(level)
+    existing = [name for name in logging.root.manager.loggerDict if name.startswith("vllm.")]
+    targets = [logging.getLogger(name) for name in {*existing, *_REPEATING_LOGGERS}]
+    targets += list(root.handlers)
+    for target in targets:
+        if not any(isinstance(f, _OncePerMessage) for f in target.filters):
+            target.addFilter(_OncePerMessage())
 
 
 @contextmanager

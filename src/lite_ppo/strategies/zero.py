@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
+from lite_ppo.errors import UserError
+
 if TYPE_CHECKING:  # pragma: no cover
     from lightning.pytorch import Trainer
 
@@ -79,12 +81,16 @@ def begin_micro_batch(trainer: "Trainer | None") -> None:
 
 
 def set_gradient_clipping(trainer: "Trainer | None", max_norm: float | None) -> None:
-    """Make DeepSpeed clip at ``max_norm`` (0 = no clipping); call before ``deepspeed.initialize``.
+    """Make DeepSpeed clip at ``max_norm`` (None = no clipping); call before ``deepspeed.initialize``.
 
     Lightning fills the config's ``gradient_clipping`` from ``Trainer(gradient_clip_val)``, which manual
     optimization does not allow, so the module's ``max_grad_norm`` is the one setting. A different
-    non-zero value written in the strategy's config is overridden with a warning.
+    non-zero value written in the strategy's config is overridden with a warning. ``max_norm`` must be
+    None or > 0 under every strategy: DeepSpeed reads 0 and negative values as "no clipping", while
+    torch's ``clip_grad_norm_`` zeroes (0) or flips (< 0) the gradient, so both are refused.
     """
+    if max_norm is not None and not float(max_norm) > 0:
+        raise UserError(f"model.max_grad_norm={max_norm}: must be > 0, or null for no clipping")
     strategy = deepspeed_strategy(trainer)
     if strategy is None:
         return

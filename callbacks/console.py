@@ -1,0 +1,170 @@
+"""The console: a progress bar that says what the step is doing, with the key live metrics, and one
+compact summary line per step."""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from typing import Any
+
+from lightning.pytorch.callbacks.progress.rich_progress import RichProgressBar, RichProgressBarTheme
+
+from lite_ppo import metric_names as names
+
+# Tag -> the short label it has in the bar and in the summary line.
+LIVE_METRICS: dict[str, str] = {
+    names.REWARD_ACCURACY: "acc",
+    names.RESPONSE_LENGTH: "len",
+    names.APPROX_KL: "kl",
+    names.CLIP_FRACTION: "clip",
+    names.STEP_SECONDS: "s/step",
+}
+
+
+class ConsoleProgressBar(RichProgressBar):
+    """Lightning's rich progress bar, made for RL steps that take minutes.
+
+    - The bar's description names the phase of the running step: ``generating``, ``scoring``,
+      ``syncing weights``, ``old log-probs``, ``updating 2/4`` (the module's ``report_phase``; the
+      bar implements the ``on_phase`` callback it calls), so a long generation is not mistaken for
+      a hang.
+    - The key live metrics next to it, with short labels: ``acc`` (``reward/accuracy``), ``len``
+      (``response/length_mean``), ``kl`` (``policy/approx_kl``), ``clip`` (``clip/fraction``),
+      ``s/step`` (``time/step_s``); Lightning's ``v_num`` is dropped.
+    - Every ``summary_every_n_steps`` training steps one plain line, as TRL and verl print, e.g.
+      ``step 3/6 | acc 0.41 | len 23.1 | kl 0.002 | clip 0.01 | 12.3 s``. In a terminal it sits above
+      the live bar; redirected to a file, the bar draws only its final state and the file gets
+      these lines.
+    - Transformers' weight-loading bars are turned off; Lightning's pytree deprecation notice and
+      its "Tip: try installing litlogger" advertisement (nothing a user can act on) are filtered.
+
+    ``lite-ppo`` adds it under the ``console:`` section; ``--trainer.enable_progress_bar false``
+    removes it (bar and lines), ``--console.refresh_rate 0`` hides the bar but keeps the lines,
+    ``--console.summary_every_n_steps 0`` keeps the bar without lines.
+
+    Args:
+        summary_every_n_steps: print the summary line every this many training steps (0: never).
+        summary_metrics: label -> tag of the values in the summary line, in order (default: the
+            live metrics above, the step seconds last as ``12.3 s``).
+        refresh_rate: redraws per second (0 hides the bar).
+        leave: keep the finished bar of each epoch on screen.
+
+    Example::
+
+        console:
+          summary_every_n_steps: 10
+          summary_metrics: {acc: reward/accuracy, len: response/length_mean, mixed: groups/mixed}
+    """
+
+    def __init__(
+        self,
+        summary_every_n_steps: int = 1,
+        summary_metrics: dict[str, str] | None = None,
+        refresh_rate: int = 10,
+        leave: bool = True,
+    ) -> None:
+        if summary_every_n_steps < 0:
+            raise ValueError(f"ConsoleProgressBar.summary_every_n_steps must be >= 0, got {summary_every_n_steps}")
+        super().__init__(refresh_rate=refresh_rate, leave=leave, theme=RichProgressBarTheme(metrics_format=".3g"))
+        self.summary_every_n_steps = summary_every_n_steps
+        self.summary_metrics = dict(summary_metrics) if summary_metrics is not None else {label: tag for tag, label in LIVE_METRICS.items()}
+        self.summary_lines: list[str] = []  # what was printed (tests and notebooks read it)
+        # Now, not in setup(): Lightning prints its tip while the Trainer is built, after this bar.
+        _quiet_lightning_tips()
+
+    # -- quiet libraries -----------------------------------------------------------------------------
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        # Lightning's own use of a deprecated torch pytree API: nothing a user can act on.
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+        try:  # the "Loading weights" bars of every from_pretrained: noise next to ours
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+        except ImportError:  # pragma: no cover - transformers is a dependency
+            pass
+
+    # -- phases ----------------------------------------------------------------------------------------
+    def on_phase(self, trainer, pl_module) -> None:
+        """Called by the module's ``report_phase``: show the phase in the running bar's description."""
+        if self.progress is None or not self.is_enabled:
+            return
+        task_id, base = self._running_task(trainer)
+        if task_id is None:
+            return
+        self.progress.update(task_id, description=f"{base}{phase_text(getattr(pl_module, 'phase', None))}")
+        self.refresh()
+
+    def _running_task(self, trainer) -> tuple[Any, str]:
+        if trainer.training and self.train_progress_bar_id is not None:
+            return self.train_progress_bar_id, self._get_train_description(trainer.current_epoch).rstrip() + " "
+        if trainer.validating and self.val_progress_bar_id is not None:
+            return self.val_progress_bar_id, self.validation_description + " "
+        return None, ""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        step = trainer.fit_loop.total_batch_idx + 1
+        if self.summary_every_n_steps and step % self.summary_every_n_steps == 0 and trainer.is_global_zero:
+            self.print_summary(self.summary_line(trainer, step))
+
+    # -- live metrics and the summary line -------------------------------------------------------------
+    def get_metrics(self, trainer, pl_module) -> dict[str, Any]:
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
+        return {LIVE_METRICS.get(k, k): v for k, v in items.items()}
+
+    def summary_line(self, trainer, step: int) -> str:
+        """``step k/N | label value | ... | 12.3 s`` from the metrics logged this step."""
+        total = _planned_steps(trainer)
+        parts = [f"step {step}/{total}" if total else f"step {step}"]
+        metrics = trainer.callback_metrics
+        for label, tag in self.summary_metrics.items():
+            if tag not in metrics:
+                continue
+            value = float(metrics[tag])
+            parts.append(f"{value:.1f} s" if tag == names.STEP_SECONDS else f"{label} {_short(value)}")
+        return " | ".join(parts)
+
+    def print_summary(self, line: str) -> None:
+        self.summary_lines.append(line)
+        if self.progress is not None and self._console is not None:
+            self._console.print(line, markup=False, highlight=False, soft_wrap=True)  # above the live bar
+        else:
+            print(line, flush=True)
+
+
+class _NoTips(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("\N{ELECTRIC LIGHT BULB} Tip:")
+
+
+def _quiet_lightning_tips() -> None:
+    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _NoTips) for f in logger.filters):
+        logger.addFilter(_NoTips())
+
+
+def phase_text(phase: tuple[str, int, int] | None) -> str:
+    """``"updating 2/4"``, ``"generating"``; empty when no step is running."""
+    if not phase or phase[0] is None:
+        return ""
+    name, done, total = phase
+    return f"{name} {done}/{total}" if total else name
+
+
+def _short(value: float) -> str:
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    return f"{value:.3g}" if abs(value) < 1 else f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def _planned_steps(trainer) -> int | None:
+    """Training steps (rollout batches) of the whole fit, when known."""
+    batches = trainer.num_training_batches
+    if not isinstance(batches, int) and not (isinstance(batches, float) and math.isfinite(batches)):
+        return None
+    if trainer.max_epochs is None or trainer.max_epochs < 1:
+        return None
+    return int(batches) * trainer.max_epochs

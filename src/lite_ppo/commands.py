@@ -1,0 +1,183 @@
+"""The ``lite-ppo`` command line: one table of subcommands, one help, one-line errors.
+
+Every subcommand is a row of :data:`COMMANDS`: its name, a one-line summary and where it runs, given
+as a ``"module:function"`` string that is imported only when that command runs. So ``lite-ppo
+--help`` and ``lite-ppo <project command> --help`` answer without importing torch, Lightning or
+transformers; ``fit`` / ``validate`` / ``test`` build LightningCLI's parser (``lite_ppo.cli``).
+
+Errors a user can fix (:class:`lite_ppo.errors.UserError`, and LightningCLI's parse errors) end in one
+line on stderr, ``lite-ppo <command>: error: ...``, with exit status 2 and no traceback. ``--debug``
+anywhere on the command line, or ``LITE_PPO_DEBUG=1``, shows the traceback instead.
+
+Example::
+
+    lite-ppo --help
+    lite-ppo fit --config configs/recipes/lite_ppo.yaml --config configs/models/tiny.yaml
+    lite-ppo fit --config ... --model.lr abc      # lite-ppo fit: error: model.lr: expected float, got 'abc' ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+import sys
+from dataclasses import dataclass
+
+from lite_ppo.errors import UserError
+
+__all__ = ["COMMANDS", "REMOVED", "Command", "main"]
+
+PROG = "lite-ppo"
+DEBUG_FLAG = "--debug"
+DEBUG_ENV = "LITE_PPO_DEBUG"
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: ``target`` is ``"module:function"``; the function takes the arguments after
+    the command name (LightningCLI subcommands: the whole list, name first) and returns an exit code."""
+
+    name: str
+    summary: str
+    target: str
+    lightning: bool = False
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("fit", "train a policy with a recipe (LightningCLI): --config RECIPE.yaml --config MODEL.yaml", "lite_ppo.cli:run_lightning", lightning=True),
+    Command("validate", "evaluate the held-out training problems and the benchmarks present; print the table", "lite_ppo.cli:run_lightning", lightning=True),
+    Command("test", "evaluate the benchmarks with the config's model or --ckpt_path; print and write the report", "lite_ppo.cli:run_lightning", lightning=True),
+    Command("evaluate", "evaluate a model folder, builtin or checkpoint on math benchmarks; write metrics and responses", "lite_ppo.evaluation.command:main"),
+    Command("prepare-model", "build or convert a builtin model into the local cache and print its folder", "lite_ppo.prepare_model:main"),
+    Command("export-hf", "write a Hugging Face folder from a checkpoint (DeepSpeed ZeRO shards included)", "lite_ppo.export:main"),
+    Command("data", "list, fetch and locate the registered datasets (benchmarks and training tiers)", "lite_ppo.data.command:main"),
+    Command("compare", "paper-style figures and a seed-aggregated summary of runs (TensorBoard event files)", "lite_ppo.research.compare:main"),
+    Command("sweep", "run a grid of recipes x seeds, one named run each, resumable; then compare them", "lite_ppo.research.sweep:main"),
+    Command("advise", "read a run's diagnostics and say which technique to add or remove, with the YAML", "lite_ppo.research.advise:main"),
+)
+
+# LightningCLI subcommands lite-ppo does not offer, and what to use instead (one line each).
+REMOVED: dict[str, str] = {
+    "predict": "not offered; to write responses use `lite-ppo evaluate --model MODEL --benchmarks FILE_OR_YAML --out DIR` "
+    "(every response goes to DIR/responses.jsonl; see `lite-ppo evaluate --help`)",
+}
+
+_BY_NAME = {command.name: command for command in COMMANDS}
+
+
+def usage() -> str:
+    """The top-level help: every subcommand with its one line, from :data:`COMMANDS`."""
+    width = max(len(c.name) for c in COMMANDS) + 2
+    lines = [
+        f"usage: {PROG} [--debug] COMMAND [options]",
+        "",
+        "Critic-free PPO (Lite PPO and the techniques of 'Tricks or Traps?') for LLM reasoning on verifiable math.",
+        "",
+        "commands:",
+        *(f"  {c.name:<{width}}{c.summary}" for c in COMMANDS),
+        "",
+        "options:",
+        f"  {'-h, --help':<{width}}show this message; `{PROG} COMMAND --help` shows a command's options",
+        f"  {DEBUG_FLAG:<{width}}show the Python traceback of an error (also: {DEBUG_ENV}=1)",
+        "",
+        f"example: {PROG} fit --config configs/recipes/lite_ppo.yaml --config configs/models/tiny.yaml",
+    ]
+    return "\n".join(lines)
+
+
+def debug_enabled(argv: list[str]) -> bool:
+    return DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def main(argv: list[str] | None = None) -> int | None:
+    """Run ``lite-ppo`` with ``argv`` (default: ``sys.argv[1:]``).
+
+    LightningCLI subcommands return ``None`` when they finish; project commands end with
+    ``SystemExit(code)`` (as ``argparse`` does); user errors end with ``SystemExit(2)`` after one line
+    on stderr (re-raised as they are with ``--debug`` or ``LITE_PPO_DEBUG=1``).
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_enabled(args)
+    args = [a for a in args if a != DEBUG_FLAG]
+    if not args:
+        print(usage(), file=sys.stderr)
+        raise SystemExit(2)
+    if args[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    name, rest = args[0], args[1:]
+    prog = f"{PROG} {name}" if name in _BY_NAME or name in REMOVED else PROG
+    try:
+        if name in REMOVED:
+            raise UserError(REMOVED[name])
+        command = _BY_NAME.get(name)
+        if command is None:
+            hint = "put options after the command" if name.startswith("-") else f"unknown command {name!r}"
+            raise UserError(f"{hint}; the commands are: {', '.join(_BY_NAME)} (see `{PROG} --help`)")
+        function = _load(command.target)
+        if command.lightning:
+            return function([name, *rest])
+        raise SystemExit(function(rest))
+    except Exception as err:  # noqa: BLE001 (only user errors are caught; everything else is re-raised)
+        message = user_error_message(err, prog)
+        if message is None or debug:
+            raise
+        print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
+def user_error_message(err: BaseException, prog: str = PROG) -> str | None:
+    """One line for an error the user caused, or None for anything else (a bug: keep the traceback).
+
+    User errors are :class:`UserError` (raised by the project where it validates input) and
+    ``argparse.ArgumentError`` (raised by LightningCLI's jsonargparse parser: unknown option, bad
+    value, missing config file).
+    """
+    if isinstance(err, UserError):
+        return _one_line(str(err))
+    if isinstance(err, argparse.ArgumentError):
+        return f"{parser_message(str(err))} (`{prog} --help` lists the options)"
+    return None
+
+
+def parser_message(message: str) -> str:
+    """jsonargparse's multi-line message, made one line: ``Parser key "model.lr": Expected a <class
+    'float'>. Got value: abc`` -> ``model.lr: expected float, got 'abc'``; of a union's errors, the
+    specific ones (a constructor's "SamplingConfig.top_p must be in (0, 1], got 2.0") are kept."""
+    errors = re.findall(r"^\s*- (.*)$", message, flags=re.MULTILINE)
+    specific = [_one_line(e) for e in errors if not e.startswith("Expected a ")]
+    if specific:
+        key = re.match(r'\s*Parser key "([^"]+)":', message)
+        return (f"{key.group(1)}: " if key else "") + "; ".join(specific)
+    text = _one_line(message)
+    text = re.sub(r'Parser key "([^"]+)":\s*', r"\1: ", text)
+    text = re.sub(r"<class '([\w.]+)'>", r"\1", text)
+    text = re.sub(r"Expected a (\S+?)\. Got value: (.*)$", lambda m: f"expected {m.group(1)}, got {m.group(2).strip()!r}", text)
+    # A union (Optional[int], dict | None): "expected int or null, got 'x'" instead of one error per member.
+    union = re.search(r"Does not validate against any of the Union subtypes Subtypes: \[(.*)\] Errors:.* Given value: (.*)$", text)
+    if union:
+        types = re.sub(r"\bNoneType\b", "null", union.group(1))
+        types = re.sub(r",\s*(?![^\[]*\])", " or ", types)  # commas outside brackets
+        text = f"{text[: union.start()]}expected {types}, got {union.group(2).strip()!r}"
+    return text
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+def _load(target: str):
+    module_name, _, function = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name is not None and module_name.startswith(err.name):  # the command's own module is missing
+            raise UserError(f"this installation of lite-ppo has no {module_name!r} (reinstall the package)") from err
+        raise
+    return getattr(module, function)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

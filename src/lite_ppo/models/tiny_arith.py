@@ -1,0 +1,219 @@
+r"""A tiny model that has learned some arithmetic: the smoke model on which RL visibly learns.
+
+``builtin:tiny`` is random, so it never answers correctly: every group is all-wrong, every
+advantage is 0 and a smoke fit shows wiring only. ``builtin:tiny-arith`` starts from the same
+tiny Llama (same tokenizer, head_dim 64 so vLLM's CPU kernel accepts it) and is pre-trained
+briefly, with plain supervised next-token loss, on the built-in easy tier, in exactly the form
+training prompts take (the default :class:`~lite_ppo.data.prompts.PromptFormatter`, chat style).
+The answer it learns is a short column-by-column working, units first, then the boxed result
+(what the reward reads; leading zeros are fine for math-verify)::
+
+    prompt:  <|im_start|>user\nWhat is 23 + 48?\nPlease reason step by step, and put your final
+             answer within \boxed{}.<|im_end|>\n<|im_start|>assistant\n
+    answer:  3+8+0=11 2+4+1=07 \boxed{071}<|im_end|>
+
+Each token of this working is a copy or a one-digit sum at a fixed distance, which a 2-layer
+model picks up in a few hundred steps; the bare answer ``\boxed{71}`` (every digit depends on
+both operands and the carries) is not learned at all in that budget.
+
+The pre-training is deliberately short, so the model always writes the working and a boxed number
+but gets digits wrong part of the time: on held-out problems it is right about 30 % of the time
+sampled at temperature 1 and 48 % greedy, and about 80 % of the groups of 8 samples mix right and
+wrong answers. That is the signal a critic-free PPO needs: a few Lite PPO steps raise the
+training reward, and correctness-dependent techniques (dynamic sampling, group filtering) have
+something to act on.
+
+The build is deterministic: fixed seeds, one CPU thread, deterministic algorithms; the same
+build on the same machine gives bit-identical weights (CPUs with other vector units may round
+differently). It runs 500 steps on one thread, about 1.5-2 minutes on a shared 2-core CPU
+(measured 104-111 s there), once: the folder is cached like every builtin.
+
+Example:
+    >>> from lite_ppo.models.tiny_arith import build_tiny_arith_model
+    >>> path = build_tiny_arith_model("/tmp/tiny-arith")   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["ARITH_CONFIG", "DEFAULT_PRETRAIN", "PretrainConfig", "arith_examples", "build_tiny_arith_model", "pretrain", "worked_answer"]
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """The supervised pre-training of ``builtin:tiny-arith`` (changing a value changes the model:
+    bump the builtin's version in the registry).
+
+    Args:
+        steps: optimizer steps; few on purpose, so the model stays imperfect.
+        batch_size: examples per step.
+        lr: peak AdamW learning rate (linear warm-up over ``warmup_steps``, then constant).
+        warmup_steps: warm-up length.
+        num_problems: distinct easy problems the examples cycle through.
+        seed: weight initialization and example order.
+    """
+
+    steps: int = 500
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup_steps: int = 20
+    num_problems: int = 4096
+    seed: int = 0
+
+
+DEFAULT_PRETRAIN = PretrainConfig()
+# The tiny Llama of ``builtin:tiny`` with 4 query and 4 key/value heads of 64 (attention width 256
+# on hidden 128): the working needs several copies at once, which 2 heads learn far more slowly.
+ARITH_CONFIG = {"num_attention_heads": 4, "num_key_value_heads": 4}
+# The pre-training problems come from their own stream of the synthetic easy tier, so they are
+# neither the training batches nor the held-out problems of any data seed.
+PRETRAIN_STREAM = "tiny-arith-pretrain"
+
+
+def worked_answer(expression: str) -> str:
+    """The response ``builtin:tiny-arith`` learns for an easy-tier expression ``"a + b"`` / ``"a - b"``.
+
+    Two columns, units then tens, each ``x op y op carry = two digits`` (the carry, or for
+    subtraction the borrow, going out and the column's digit), then the three-digit result boxed.
+
+    Example:
+        >>> worked_answer("23 + 48")
+        '3+8+0=11 2+4+1=07 \\\\boxed{071}'
+        >>> worked_answer("52 - 18")
+        '2-8-0=14 5-1-1=03 \\\\boxed{034}'
+    """
+    left, op, right = expression.split()
+    a, b = int(left), int(right)
+    if op not in "+-" or not (0 <= a <= 99 and 0 <= b <= 99) or (op == "-" and a < b):
+        raise ValueError(f"not an easy-tier expression: {expression!r}")
+    a1, a0, b1, b0 = a // 10, a % 10, b // 10, b % 10
+    if op == "+":
+        units = a0 + b0
+        carry = units // 10
+        tens = a1 + b1 + carry
+        columns = f"{a0}+{b0}+0={units:02d} {a1}+{b1}+{carry}={tens:02d}"
+        result = f"{tens:02d}{units % 10}"
+    else:
+        borrow = int(a0 < b0)
+        units = a0 + 10 * borrow - b0
+        tens = a1 - b1 - borrow
+        columns = f"{a0}-{b0}-0={borrow}{units} {a1}-{b1}-{borrow}=0{tens}"
+        result = f"0{tens}{units}"
+    return f"{columns} \\boxed{{{result}}}"
+
+
+def arith_examples(count: int, seed: int = 0) -> list[tuple[str, str]]:
+    """``count`` (problem statement, worked answer) pairs of the easy tier from the pre-training stream."""
+    from lite_ppo.data.synthetic import SyntheticSource  # lazy: keeps `import lite_ppo.models` light
+
+    source = SyntheticSource("easy", seed=seed, stream=PRETRAIN_STREAM)
+    problems = [source.problem(i) for i in range(count)]
+    return [(p.problem, worked_answer(p.metadata["expression"])) for p in problems]
+
+
+@contextlib.contextmanager
+def _deterministic_cpu() -> Iterator[None]:
+    """One thread and deterministic kernels for the duration of the build, restored afterwards."""
+    threads = torch.get_num_threads()
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        torch.use_deterministic_algorithms(was_deterministic)
+        torch.set_num_threads(threads)
+
+
+def _encode(tokenizer, examples: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (-100 outside the target).
+
+    Right padding keeps every prompt at positions 0.. as in generation (engines count positions
+    over real tokens only), and the loss covers the answer and its end-of-turn token only.
+    """
+    from lite_ppo.data.prompts import PromptFormatter
+
+    formatter = PromptFormatter()  # the training prompts' default: chat template + \boxed{} instruction
+    prompts = formatter.encode([problem for problem, _ in examples], tokenizer)
+    targets = tokenizer([answer for _, answer in examples], add_special_tokens=False)["input_ids"]
+    eos = tokenizer.eos_token_id
+    rows = [(p, list(t) + [eos]) for p, t in zip(prompts, targets, strict=True)]
+    width = max(len(p) + len(t) for p, t in rows)
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    labels = torch.full_like(input_ids, -100)
+    for row, (p, t) in enumerate(rows):
+        n = len(p) + len(t)
+        input_ids[row, :n] = torch.tensor(p + t)
+        attention_mask[row, :n] = 1
+        labels[row, len(p) : n] = torch.tensor(t)
+    return input_ids, attention_mask, labels
+
+
+def pretrain(model: torch.nn.Module, tokenizer, config: PretrainConfig = DEFAULT_PRETRAIN, on_step=None) -> None:
+    """Supervised next-token training of ``model`` on easy-tier examples, in place.
+
+    ``on_step(step, model)`` (optional) is called after each optimizer step, e.g. to follow
+    accuracy while tuning the config.
+    """
+    input_ids, attention_mask, labels = _encode(tokenizer, arith_examples(config.num_problems, config.seed))
+    generator = torch.Generator().manual_seed(config.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, config.warmup_steps)))
+    model.train()
+    order = torch.randperm(len(input_ids), generator=generator)
+    cursor = 0
+    for step in range(config.steps):
+        if cursor + config.batch_size > len(order):
+            order, cursor = torch.randperm(len(input_ids), generator=generator), 0
+        rows = order[cursor : cursor + config.batch_size]
+        cursor += config.batch_size
+        mask = attention_mask[rows]
+        width = int(mask.sum(-1).max())  # trim the batch's common padding
+        loss = model(input_ids=input_ids[rows, :width], attention_mask=mask[:, :width], labels=labels[rows, :width]).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        if on_step is not None:
+            on_step(step, model)
+    model.eval()
+
+
+def build_tiny_arith_model(path: str | os.PathLike[str], config: PretrainConfig = DEFAULT_PRETRAIN) -> str:
+    """Build the tiny Llama, pre-train it on easy arithmetic and save it with its tokenizer.
+
+    Args:
+        path: folder to write (created if missing; existing files are overwritten).
+        config: the pre-training; the default is what ``builtin:tiny-arith`` uses.
+
+    Returns:
+        ``path`` as a string.
+
+    Example:
+        >>> build_tiny_arith_model("/tmp/tiny-arith")   # doctest: +SKIP
+        '/tmp/tiny-arith'
+    """
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    from lite_ppo.models.tiny import IM_END_ID, IM_START_ID, build_tiny_tokenizer, tiny_config
+
+    path = os.fspath(path)
+    tokenizer = build_tiny_tokenizer()
+    with _deterministic_cpu():
+        torch.manual_seed(config.seed)
+        model = AutoModelForCausalLM.from_config(tiny_config(len(tokenizer), "llama", **ARITH_CONFIG), dtype=torch.float32)
+        pretrain(model, tokenizer, config)
+    model.generation_config = GenerationConfig(bos_token_id=IM_START_ID, eos_token_id=IM_END_ID, pad_token_id=IM_END_ID)
+    os.makedirs(path, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

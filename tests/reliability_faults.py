@@ -1,0 +1,87 @@
+"""Test-only techniques and callbacks for the fault-injection tests (tests/test_reliability_*.py).
+
+Importable by class_path when ``tests/`` is on PYTHONPATH (the subprocess fits set it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from lightning.pytorch import Callback
+
+from lite_ppo.hooks import Technique
+
+
+class SignedAdvantages(Technique):
+    """The advantage estimator: +1 for responses whose first token id is even, -1 otherwise.
+
+    A deterministic learning signal that moves the random tiny model's weights every step (the
+    verifier's rewards are all 0 for it, so the real estimators would give zero advantages)."""
+
+    def compute_advantages(self, trainer, module, batch):
+        return torch.where(batch.response_ids[:, 0] % 2 == 0, 1.0, -1.0)
+
+
+class NaNLoss(Technique):
+    """A loss term that is NaN (with a NaN gradient) on the listed training steps (0-based rollout batches)."""
+
+    def __init__(self, steps: list[int] | None = None) -> None:
+        self.steps = set(steps or [])
+        self._step = -1
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        self._step = trainer.fit_loop.epoch_loop.total_batch_idx
+
+    def extra_loss_terms(self, trainer, module, ctx):
+        if self._step not in self.steps:
+            return {}
+        return {"injected_nan": ctx.logprobs * float("nan")}
+
+
+class StepMarker(Callback):
+    """Writes the number of finished training steps into ``path`` after each one (atomically), so
+    a test process knows when to send a signal."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(str(trainer.fit_loop.epoch_loop.batch_progress.total.processed))
+        tmp.replace(self.path)
+
+
+class DenyWritesAfter(Callback):
+    """From the end of training step ``step`` (0-based) on, opening a file for writing under
+    ``folder`` fails with ``PermissionError``: the folder "turned read-only" mid-run (works as root,
+    where ``chmod`` does not stop writes). Undone at teardown."""
+
+    def __init__(self, folder: str, step: int = 0) -> None:
+        self.folder = str(Path(folder).resolve())
+        self.step = step
+        self._original = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        import builtins
+
+        if self._original is not None or trainer.fit_loop.epoch_loop.total_batch_idx < self.step:
+            return
+        self._original = original = builtins.open
+        folder = self.folder
+
+        def guarded_open(file, mode="r", *args, **kwargs):
+            if any(m in mode for m in "wax+") and str(Path(str(file)).resolve()).startswith(folder):
+                raise PermissionError(13, "Permission denied", str(file))
+            return original(file, mode, *args, **kwargs)
+
+        builtins.open = guarded_open
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        import builtins
+
+        if self._original is not None:
+            builtins.open, self._original = self._original, None
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self.teardown(trainer, pl_module, "fit")

@@ -1,0 +1,231 @@
+"""The ``lite-ppo`` command surface: one help listing every command, every LightningCLI subcommand
+doing what it promises with a shipped recipe and the tiny model, and user errors as one line with
+exit status 2 (the traceback only with ``--debug`` / ``LITE_PPO_DEBUG=1``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from lite_ppo.cli import main
+
+RECIPE = str(REPO / "configs/recipes/lite_ppo.yaml")
+TINY = str(REPO / "configs/models/tiny.yaml")
+EVERY_COMMAND = ["fit", "validate", "test", "evaluate", "prepare-model", "export-hf", "data", "compare", "sweep", "advise"]
+
+
+def _recipe_args(tmp: Path, *extra: str) -> list[str]:
+    return [
+        "--config", RECIPE,
+        "--config", TINY,
+        "--trainer.default_root_dir", str(tmp),
+        "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
+        *extra,
+    ]
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``lite-ppo ARGV`` in a fresh interpreter (the exit status and stderr of the real process)."""
+    code = "import sys; from lite_ppo.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=REPO, env={**os.environ, **(env or {})}, timeout=600)
+
+
+def _user_error(capsys, argv: list[str]) -> str:
+    """Run in-process, expect exit status 2, return the one stderr line."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err, "nothing on stderr"
+    assert "Traceback" not in "\n".join(err)
+    return err[-1]
+
+
+# ------------------------------------------------------------------ one help
+def test_help_lists_every_command_one_line_each(capsys) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    for name in EVERY_COMMAND:
+        rows = [line for line in out if line.split()[:1] == [name]]
+        assert len(rows) == 1, f"{name}: {rows}"
+        assert len(rows[0].split()) > 3, f"{name} has no summary: {rows[0]!r}"
+    # predict is not offered, so it is not listed
+    assert not [line for line in out if line.split()[:1] == ["predict"]]
+
+
+def test_help_and_project_command_help_do_not_import_lightning() -> None:
+    """``lite-ppo --help`` and ``lite-ppo evaluate|prepare-model --help`` (through the installed
+    console script's function) run without importing torch, Lightning or transformers."""
+    from importlib.metadata import entry_points
+
+    (script,) = entry_points(group="console_scripts", name="lite-ppo")
+    code = (
+        "import sys, importlib\n"
+        f"main = getattr(importlib.import_module({script.module!r}), {script.attr!r})\n"
+        "for argv in (['--help'], ['evaluate', '--help'], ['prepare-model', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit as e:\n"
+        "        assert e.code in (0, None), (argv, e.code)\n"
+        "print(sorted(m for m in ('torch', 'lightning', 'transformers') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+# ------------------------------------------------------------------ removed / unknown commands
+def test_predict_is_removed_with_one_line_saying_what_to_use(capsys) -> None:
+    line = _user_error(capsys, ["predict", "--config", RECIPE])
+    assert line.startswith("lite-ppo predict: error:")
+    assert "lite-ppo evaluate" in line and "responses.jsonl" in line
+
+
+def test_unknown_command_names_the_commands(capsys) -> None:
+    line = _user_error(capsys, ["trian"])
+    assert "'trian'" in line and "fit" in line and "evaluate" in line
+
+
+# ------------------------------------------------------------------ bad options: one line, exit 2
+@pytest.mark.parametrize(
+    ("extra", "named", "allowed"),
+    [
+        (["--model.lr", "abc"], "model.lr", "float"),
+        (["--config", "missing.yaml"], "missing.yaml", "does not exist"),
+        (["--trainer.max_epochs", "x"], "trainer.max_epochs", "int or null"),
+        (["--optimizer", "torch.optim.SGD"], "--optimizer", "model.lr"),
+        (["--lr_scheduler=torch.optim.lr_scheduler.StepLR"], "--lr_scheduler", "model.lr_schedule"),
+        (["--data.prompts_per_step", "0"], "data.prompts_per_step", ">= 1"),
+        (["--rollout.sampling.top_p", "2"], "SamplingConfig.top_p", "(0, 1]"),
+        (["--trainer.callbacks+=lite_ppo.callbacks.ClipHigher", "--trainer.callbacks.eps_low=1.5"], "ClipHigher.eps_low", "[0, 1)"),
+    ],
+)
+def test_bad_option_is_one_line_exit_2(capsys, tmp_path, extra, named, allowed) -> None:
+    line = _user_error(capsys, ["fit", *_recipe_args(tmp_path, *extra)])
+    assert line.startswith("lite-ppo fit: error:"), line
+    assert named in line and allowed in line, line
+
+
+def test_debug_shows_the_exception(tmp_path) -> None:
+    with pytest.raises(argparse.ArgumentError, match="model.lr"):
+        main(["fit", *_recipe_args(tmp_path, "--model.lr", "abc"), "--debug"])
+
+
+def test_debug_environment_variable(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("LITE_PPO_DEBUG", "1")
+    with pytest.raises(argparse.ArgumentError, match="model.lr"):
+        main(["fit", *_recipe_args(tmp_path, "--model.lr", "abc")])
+
+
+@pytest.mark.slow
+def test_bad_value_in_a_real_process_exits_2_without_traceback(tmp_path) -> None:
+    done = _run(["fit", *_recipe_args(tmp_path, "--model.lr", "abc")])
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("lite-ppo fit: error: model.lr: expected float, got 'abc'")
+    debug = _run(["fit", *_recipe_args(tmp_path, "--model.lr", "abc"), "--debug"])
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--model.model_path", "/nonexistent/model"], "/nonexistent/model"),
+        (["--data.sources", "{easy: /nonexistent/easy.jsonl}", "--data.weights", "{easy: 1.0}"], "data.sources['easy']"),
+    ],
+)
+def test_missing_path_is_one_line_exit_2(capsys, tmp_path, extra, named) -> None:
+    line = _user_error(capsys, ["fit", *_recipe_args(tmp_path, "--data.steps_per_epoch", "1", *extra)])
+    assert line.startswith("lite-ppo fit: error:") and named in line, line
+
+
+# ------------------------------------------------------------------ every subcommand with a shipped recipe
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory, tiny_model_path) -> tuple[Path, Path, str]:
+    """One rollout step of the shipped Lite PPO recipe on the tiny model: (folder, last.ckpt, stdout)."""
+    tmp = tmp_path_factory.mktemp("fit")
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["fit", *_recipe_args(tmp, "--data.steps_per_epoch", "1")]) is None
+    ckpts = sorted(tmp.rglob("last.ckpt"))
+    assert ckpts, f"no last.ckpt under {tmp}"
+    return tmp, ckpts[0], out.getvalue()
+
+
+@pytest.mark.slow
+def test_fit_reports_the_held_out_tiers_of_the_recipe(fitted) -> None:
+    """The recipe holds out problems (data.val_size) and fit reports their accuracy at the end of the epoch."""
+    tmp, _, out = fitted
+    assert "Held-out tiers" in out
+    table = out[out.index("Held-out tiers") :].splitlines()  # title, header, dashes, one row per tier
+    rows = {line.split()[0]: line.split() for line in table[3:6]}
+    assert {tier: row[1] for tier, row in rows.items()} == {"easy": "32", "medium": "32", "hard": "32"}  # problems: the recipe's val_size
+    assert list(tmp.rglob("events.out.tfevents.*"))
+
+
+def _mini_benchmark(tmp: Path) -> Path:
+    path = tmp / "mini.jsonl"
+    rows = [{"id": "m1", "problem": "What is 1 + 1?", "answer": "2", "source": "mini"}, {"id": "m2", "problem": "What is 2 + 3?", "answer": "5", "source": "mini"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.slow
+def test_validate_prints_held_out_tiers_and_the_present_benchmarks(capsys, tmp_path, monkeypatch, fitted) -> None:
+    """With a shipped recipe, no Evaluation callback and a fit's checkpoint, validate evaluates the
+    held-out tiers and the default benchmarks whose files exist (here: one of two), naming the
+    missing one."""
+    import lite_ppo.cli as cli
+    from lite_ppo.evaluation.benchmarks import BenchmarkSpec
+
+    mini = _mini_benchmark(tmp_path)
+    specs = [BenchmarkSpec("mini", str(mini)), BenchmarkSpec("absent", str(tmp_path / "absent.jsonl"))]
+    monkeypatch.setattr(cli, "default_benchmark_specs", lambda: (specs, None), raising=False)
+    main(["validate", *_recipe_args(tmp_path), "--ckpt_path", str(fitted[1])])
+    out = capsys.readouterr().out
+    assert "not found: absent" in out
+    benchmark_table = out[out.index("Evaluation (") :].splitlines()
+    assert benchmark_table[3].split()[:2] == ["mini", "2"]
+    tiers = out[out.index("Held-out tiers") :].splitlines()
+    assert {line.split()[0]: line.split()[1] for line in tiers[3:6]} == {"easy": "32", "medium": "32", "hard": "32"}
+
+
+@pytest.mark.slow
+def test_validate_without_anything_to_evaluate_says_so(capsys, tmp_path, monkeypatch) -> None:
+    import lite_ppo.cli as cli
+
+    monkeypatch.setattr(cli, "default_benchmark_specs", lambda: ([], None), raising=False)
+    line = _user_error(capsys, ["validate", *_recipe_args(tmp_path, "--data.val_size", "0")])
+    assert "data.val_size" in line and "LITE_PPO_EVAL_DIR" in line
+
+
+@pytest.mark.slow
+def test_test_evaluates_the_benchmarks_of_a_checkpoint_and_writes_the_report(capsys, tmp_path, fitted) -> None:
+    """``test --ckpt_path`` runs the benchmark evaluation of ``lite-ppo evaluate`` on the checkpoint's
+    policy: the table on stdout and metrics.json / responses.jsonl with one response per problem."""
+    _, ckpt, _ = fitted
+    mini = _mini_benchmark(tmp_path)
+    main([
+        "test", *_recipe_args(tmp_path),
+        "--trainer.callbacks+=lite_ppo.callbacks.Evaluation", f"--trainer.callbacks.benchmarks=[{{name: mini, file: {mini}}}]",
+        "--ckpt_path", str(ckpt),
+    ])
+    out = capsys.readouterr().out
+    assert "mini" in out and "wrote " in out
+    metrics = next(tmp_path.rglob("test/metrics.json"))
+    payload = json.loads(metrics.read_text())
+    assert payload["model"] == str(ckpt)
+    assert payload["benchmarks"]["mini"]["num_problems"] == 2
+    responses = (metrics.parent / "responses.jsonl").read_text().splitlines()
+    assert sorted(json.loads(r)["id"] for r in responses) == ["m1", "m2"]

@@ -1,0 +1,119 @@
+"""Named runs: ``runs/<recipe>/<model>/seed<S>``, never overwritten, with config.yaml and run.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from lite_ppo.research.run_dir import configure_run_dir, model_name, prepare_fit_run, unique_version
+from lite_ppo.research.run_record import RunRecord
+
+TB = "lightning.pytorch.loggers.TensorBoardLogger"
+
+
+def _config(save_dir: Path, **logger_args) -> dict:
+    return {
+        "recipe": "lite_ppo",
+        "seed_everything": 7,
+        "model": {"model_path": "builtin:tiny"},
+        "data": {"sources": {"easy": "synthetic:easy"}, "weights": {"easy": 1.0}, "schedule": None},
+        "trainer": {"logger": {"class_path": TB, "init_args": {"save_dir": str(save_dir), "name": None, "version": None, **logger_args}}},
+        "run_record": {"recipe": None, "model": None, "model_name": None, "seed": None, "data": None, "sweep_key": None, "enabled": True},
+    }
+
+
+def test_model_names():
+    assert model_name("builtin:tiny") == "tiny"
+    assert model_name("builtin:smollm2-135m-instruct") == "smollm2-135m-instruct"
+    assert model_name("/data/models/Qwen3-4B-Base/") == "Qwen3-4B-Base"
+    assert model_name("runs/x/checkpoints/last.ckpt") == "last"
+
+
+def test_unique_version_suffixes(tmp_path):
+    assert unique_version(tmp_path, "seed0") == "seed0"
+    (tmp_path / "seed0").mkdir()
+    assert unique_version(tmp_path, "seed0") == "seed0-1"
+    (tmp_path / "seed0-1").mkdir()
+    assert unique_version(tmp_path, "seed0") == "seed0-2"
+
+
+def test_configure_fills_only_what_is_unset(tmp_path):
+    config = _config(tmp_path)
+    assert configure_run_dir(config) == tmp_path / "lite_ppo" / "tiny" / "seed7"
+    assert config["trainer"]["logger"]["init_args"]["name"] == "lite_ppo/tiny"
+    (tmp_path / "lite_ppo/tiny/seed7").mkdir(parents=True)
+    assert configure_run_dir(_config(tmp_path)) == tmp_path / "lite_ppo" / "tiny" / "seed7-1"
+    # Explicit name / version win; an explicit version is used as given.
+    assert configure_run_dir(_config(tmp_path, name="mine")) == tmp_path / "mine" / "seed7"
+    assert configure_run_dir(_config(tmp_path, version="seed7")) == tmp_path / "lite_ppo" / "tiny" / "seed7"
+    # Resuming from a checkpoint inside an existing run continues that run's folder.
+    config = _config(tmp_path)
+    config["ckpt_path"] = str(tmp_path / "lite_ppo/tiny/seed7/checkpoints/last.ckpt")
+    assert configure_run_dir(config) == tmp_path / "lite_ppo" / "tiny" / "seed7"
+    # No recipe field: "custom"; no TensorBoard logger: nothing to do.
+    config = _config(tmp_path)
+    del config["recipe"]
+    assert configure_run_dir(config) == tmp_path / "custom" / "tiny" / "seed7"
+    config["trainer"]["logger"] = False
+    assert configure_run_dir(config) is None
+
+
+def test_prepare_fit_run_tells_the_record(tmp_path):
+    config = _config(tmp_path)
+    prepare_fit_run(config)
+    record = config["run_record"]
+    assert (record["recipe"], record["model"], record["model_name"], record["seed"]) == ("lite_ppo", "builtin:tiny", "tiny", 7)
+    assert record["data"]["weights"] == {"easy": 1.0}
+
+
+def test_run_record_lifecycle(tmp_path):
+    class FakeTrainer:
+        log_dir = str(tmp_path)
+        global_step = 0
+        estimated_stepping_batches = 3
+        is_global_zero = True
+
+    trainer = FakeTrainer()
+    callback = RunRecord(recipe="grpo", model="builtin:tiny", model_name="tiny", seed=1)
+    callback.on_fit_start(trainer, None)
+    first = json.loads((tmp_path / "run.json").read_text())
+    assert first["status"] == "running" and first["steps"] == 0 and first["ended"] is None and first["steps_planned"] == 3
+    for _ in range(3):
+        trainer.global_step += 2
+        callback.on_train_batch_end(trainer, None, None, None, 0)
+    callback.on_fit_end(trainer, None)
+    done = json.loads((tmp_path / "run.json").read_text())
+    assert done["status"] == "finished" and done["steps"] == 3 and done["global_step"] == 6 and done["ended"]
+    callback.on_exception(trainer, None, RuntimeError("boom"))
+    failed = json.loads((tmp_path / "run.json").read_text())
+    assert failed["status"] == "failed" and "boom" in failed["error"]
+
+
+@pytest.mark.slow
+def test_fit_twice_gets_two_named_run_dirs(tmp_path, tiny_model_path, monkeypatch):
+    from lite_ppo.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "fit",
+        "--config", str(REPO / "configs/recipes/grpo.yaml"),
+        "--config", str(REPO / "configs/models/tiny.yaml"),
+        "--seed_everything=3",
+        "--data.steps_per_epoch=1", "--data.prompts_per_step=2", "--rollout.sampling.max_new_tokens=4",
+    ]  # fmt: skip
+    main(list(args))
+    main(list(args))
+    first, second = tmp_path / "runs/grpo/tiny-arith/seed3", tmp_path / "runs/grpo/tiny-arith/seed3-1"
+    for run_dir in (first, second):
+        assert (run_dir / "config.yaml").is_file(), sorted(p.name for p in run_dir.iterdir())
+        assert any(run_dir.glob("events.out.tfevents.*"))
+        record = json.loads((run_dir / "run.json").read_text())
+        assert record["recipe"] == "grpo" and record["seed"] == 3 and record["status"] == "finished" and record["steps"] == 1
+    # Resuming from the first run's checkpoint continues in its folder (no seed3-2).
+    main([*args, "--ckpt_path", str(first / "checkpoints" / "last.ckpt")])
+    assert not (tmp_path / "runs/grpo/tiny-arith/seed3-2").exists()
+    record = json.loads((first / "run.json").read_text())
+    assert record["status"] == "finished" and len(record["resumed"]) == 1 and record["steps"] == 1

@@ -1,0 +1,284 @@
+"""What a run shows: the logged TensorBoard scalars equal the documented set (``metric_names.SCALARS``,
+the README's table), no two tags carry the same quantity, the TensorBoard layout and HPARAMS entry are
+written, the console bar names the phase of the running step and shows the live metrics, and the
+typed ``RolloutBatch.correct`` field is what correctness means everywhere."""
+
+from __future__ import annotations
+
+import re
+import sys
+from itertools import combinations
+
+import pytest
+import torch
+
+from conftest import REPO, read_scalars
+from lite_ppo import metric_names as names
+from lite_ppo.callbacks import Diagnostics, DynamicSampling
+from lite_ppo.callbacks.console import ConsoleProgressBar, phase_text
+from lite_ppo.callbacks.rollout import build_rollout_batch
+from lite_ppo.hooks import Technique
+from lite_ppo.rewards import STATUSES, MathVerifyReward, RewardResult
+from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.rollout.engine import Generation
+from test_techniques import CaptureModule, make_batch
+
+STEPS = 2
+
+
+class HalfRightReward(MathVerifyReward):
+    """A verifier stand-in for the random tiny model (which never answers right): a response is
+    "correct" when its text has an even number of characters, so groups are mixed, advantages and
+    clipping are non-zero, and every quantity moves."""
+
+    def score_batch(self, texts, answers):
+        return [RewardResult(1.0, "correct", t) if len(t) % 2 == 0 else RewardResult(0.0, "wrong", t) for t in texts]
+
+
+class PhaseSpy(Technique):
+    """Reads the console bar from inside the step: its description at each phase, its live metrics,
+    and checks that the rollout's ``correct`` field is the verifier's verdict."""
+
+    descriptions: list[str] = []
+    live: list[dict] = []
+    correct_matches_status: list[bool] = []
+
+    def _bar(self, trainer) -> ConsoleProgressBar:
+        bar = trainer.progress_bar_callback
+        assert isinstance(bar, ConsoleProgressBar), type(bar)
+        return bar
+
+    def _record(self, trainer) -> None:
+        PhaseSpy.descriptions.append(self._bar(trainer).train_progress_bar.description)
+
+    def on_rollout(self, trainer, module, batch) -> None:
+        self._record(trainer)  # scoring has just finished
+        PhaseSpy.live.append(dict(self._bar(trainer).get_metrics(trainer, module)))
+        PhaseSpy.correct_matches_status.append(batch.correct.tolist() == [s == "correct" for s in batch.extras["reward_status"]])
+
+    def on_old_logprobs(self, trainer, module, batch) -> None:
+        self._record(trainer)
+
+    def extra_loss_terms(self, trainer, module, ctx):
+        self._record(trainer)
+        return {}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, tiny_model_path):
+    """One CLI fit of the Lite PPO recipe on the tiny model, with overlong reward shaping (so the
+    shaped mean reward differs from the accuracy) and the spy."""
+    from lite_ppo.cli import main
+
+    tmp = tmp_path_factory.mktemp("scalars")
+    PhaseSpy.descriptions, PhaseSpy.live, PhaseSpy.correct_matches_status = [], [], []
+    this = sys.modules[__name__].__name__
+    main(
+        [
+            "fit",
+            "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
+            "--config", str(REPO / "configs/models/tiny.yaml"),
+            "--model.model_path=builtin:tiny",  # random outputs of varied length: HalfRightReward mixes every group
+            "--data.steps_per_epoch", str(STEPS),
+            "--rollout.reward", f"{this}.HalfRightReward",
+            "--trainer.callbacks+=lite_ppo.callbacks.OverlongRewardShaping",
+            f"--trainer.callbacks+={this}.PhaseSpy",
+            "--trainer.default_root_dir", str(tmp),
+            "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
+            "--trainer.logger.init_args.name", "run",
+            "--trainer.logger.init_args.version", "v",
+        ]
+    )
+    return tmp / "tb"
+
+
+def expected_tags(techniques: list[str]) -> set[str]:
+    """The documented set for a single-tier CPU run with an engine that shares the policy weights."""
+    tags = {tag for tag in names.SCALARS if "<" not in tag}
+    tags |= {names.reward_status_rate(s) for s in STATUSES if s != "correct"}
+    for technique in techniques:
+        tags |= set(names.TECHNIQUE_SCALARS[technique])
+    if torch.cuda.is_available():
+        tags.add(names.PEAK_GPU)
+    return tags
+
+
+EVALUATION_TAG = re.compile(r"^(eval|val)/[^/]+/[^/]+$")  # eval/<benchmark>/<metric>, val/<tier>/<metric>
+
+
+@pytest.mark.slow
+def test_logged_scalars_are_the_documented_set(tiny_run):
+    scalars = read_scalars(tiny_run)
+    training = {tag for tag in scalars if not EVALUATION_TAG.match(tag)}
+    expected = expected_tags(["OverlongRewardShaping"])
+    assert training == expected, f"logged but undocumented: {sorted(training - expected)}; documented but not logged: {sorted(expected - training)}"
+    for tag in training:
+        assert [step for step, _ in scalars[tag]] == list(range(STEPS)), f"{tag}: {scalars[tag]}"
+    # The recipe holds out problems of every tier: their validation columns, once, after training.
+    evaluation = set(scalars) - training
+    assert {f"val/{tier}/accuracy" for tier in ("easy", "medium", "hard")} <= evaluation, sorted(evaluation)
+
+
+@pytest.mark.slow
+def test_no_two_tags_carry_the_same_quantity(tiny_run):
+    """Two tags whose series are identical over the run (and not constant, which says nothing)
+    are one quantity logged twice."""
+    series = {tag: tuple(round(v, 6) for _, v in points) for tag, points in read_scalars(tiny_run).items()}
+    moving = {tag: s for tag, s in series.items() if len(set(s)) > 1}
+    assert len(moving) >= 15, f"too few quantities move to compare: {sorted(moving)}"
+    duplicates = [(a, b) for a, b in combinations(sorted(moving), 2) if moving[a] == moving[b]]
+    assert not duplicates, duplicates
+
+
+@pytest.mark.slow
+def test_layout_and_hparams_are_written(tiny_run):
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    layout, experiment = None, None
+    for events in tiny_run.rglob("events.out.tfevents.*"):
+        for event in EventFileLoader(str(events)).Load():
+            for value in event.summary.value:
+                plugin = value.metadata.plugin_data
+                if plugin.plugin_name == "custom_scalars":
+                    layout = layout_pb2.Layout.FromString(value.tensor.string_val[0])
+                elif plugin.plugin_name == "hparams":
+                    data = plugin_data_pb2.HParamsPluginData.FromString(plugin.content)
+                    if data.HasField("experiment"):
+                        experiment = data.experiment
+    assert layout is not None, "no custom-scalars layout"
+    titles = [chart.title for category in layout.category for chart in category.chart]
+    for panel in ("accuracy (train, eval)", "response length (all, correct, wrong)", "entropy", "clip by bound", "truncation and repetition", "group outcomes"):
+        assert panel in titles
+    assert experiment is not None, "no HPARAMS entry"
+    assert {m.name.tag for m in experiment.metric_infos} == set(names.HPARAM_METRICS)
+    hparams = {h.name for h in experiment.hparam_infos}
+    assert {"model/lr", "model/clip_eps", "techniques", "technique/AdvantageNormalization/mean_scope"} <= hparams
+    assert "hp_metric" not in read_scalars(tiny_run)
+
+
+@pytest.mark.slow
+def test_the_bar_names_each_phase_and_shows_the_live_metrics(tiny_run):
+    # Per step: scoring (on_rollout), old log-probs, then one description per micro-batch of each of
+    # the 2 mini-batches (16 responses, 8 per mini-batch, micro-batches of 8).
+    per_step = ["scoring", "old log-probs", "updating 1/2", "updating 2/2"]
+    assert len(PhaseSpy.descriptions) == STEPS * len(per_step), PhaseSpy.descriptions
+    for i, description in enumerate(PhaseSpy.descriptions):
+        assert description.startswith("Epoch 0/0") and description.endswith(per_step[i % len(per_step)]), (i, description)
+    # The live metrics of step 1 are in the bar during step 2 (v_num is gone).
+    first, second = PhaseSpy.live
+    assert "v_num" not in second and {"acc", "len", "kl", "clip", "s/step"} <= set(second), second
+    assert second["len"] > 0 and second["s/step"] > 0
+    assert all(PhaseSpy.correct_matches_status) and len(PhaseSpy.correct_matches_status) == STEPS
+
+
+def test_summary_line_and_phase_text():
+    bar = ConsoleProgressBar()
+    trainer = type("T", (), {})()
+    trainer.num_training_batches, trainer.max_epochs = 3, 2
+    trainer.callback_metrics = {names.REWARD_ACCURACY: torch.tensor(0.40625), names.RESPONSE_LENGTH: torch.tensor(23.125), names.APPROX_KL: torch.tensor(0.0021), names.STEP_SECONDS: torch.tensor(12.34)}
+    # The clip fraction was not logged this step: left out rather than shown as 0.
+    assert bar.summary_line(trainer, 3) == "step 3/6 | acc 0.406 | len 23.1 | kl 0.0021 | 12.3 s"
+    assert ConsoleProgressBar(summary_metrics={"mixed": names.GROUPS_MIXED}).summary_line(trainer, 1) == "step 1/6"
+    assert phase_text(("updating", 2, 4)) == "updating 2/4" and phase_text(("generating", 0, 0)) == "generating" and phase_text(None) == ""
+    with pytest.raises(ValueError):
+        ConsoleProgressBar(summary_every_n_steps=-1)
+
+
+# -- the documented set itself --------------------------------------------------------------------
+def test_scalar_table_lists_every_documented_tag_once():
+    table = names.scalar_table_markdown()
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    tags = [re.match(r"\| `([^`]+)`", row).group(1) for row in rows]
+    assert len(tags) == len(set(tags))
+    assert set(names.SCALARS) | set(names.CONDITIONAL_SCALARS) <= set(tags)
+    assert {f"tier/<t>/{s}" for s in names.TIER_SCALARS} <= set(tags)
+
+
+def test_layout_charts_only_documented_tags():
+    documented = set(names.SCALARS) | set(names.CONDITIONAL_SCALARS) | {names.reward_status_rate(s) for s in STATUSES}
+    documented |= {names.tier_tag("hard", s) for s in names.TIER_SCALARS} | {names.eval_accuracy("aime24"), "val/hard/accuracy"}
+    for category in names.CUSTOM_SCALARS_LAYOUT.values():
+        for title, (kind, patterns) in category.items():
+            assert kind == "Multiline"
+            for pattern in patterns:
+                assert any(re.search(pattern, tag) for tag in documented), (title, pattern)
+
+
+# -- the typed correctness field -----------------------------------------------------------------
+def test_correct_field_is_filled_kept_and_defaulted():
+    gens = [[Generation([5, 6], False), Generation([7], True)], [Generation([8, 9, 10], False)]]
+    batch = build_rollout_batch([[1, 2], [3]], gens, [1.0, -0.5, 0.0], pad_id=0, temperature=1.0, correct=[True, False, False])
+    assert batch.correct.dtype == torch.bool and batch.correct.tolist() == [True, False, False]
+    assert batch.select(torch.tensor([2, 0])).correct.tolist() == [False, True]
+    both = RolloutBatch.concat([batch, batch.select(torch.tensor([0]))], pad_token_id=0)
+    assert both.correct.tolist() == [True, False, False, True]
+    # Built without verdicts (hand-made batches): reward > 0.5.
+    assert build_rollout_batch([[1]], [[Generation([5], False)] * 2], [1.0, 0.25], 0, 1.0).correct.tolist() == [True, False]
+
+
+def test_correctness_is_the_field_not_the_shaped_reward():
+    # Rewards shaped so that a wrong response scores higher than a right one; statuses absent.
+    batch = make_batch([0.2, 0.9, 0.9, 0.9], [0, 0, 1, 1], [2, 2, 3, 1])
+    batch.correct = torch.tensor([True, False, False, False])
+    module = CaptureModule()
+    diag = Diagnostics(ngram=2, repetition_window=None)
+    diag.on_rollout(module.trainer, module, batch)
+    batch.advantages = torch.zeros(4)
+    diag.on_update_end(module.trainer, module, batch, {})
+    m = module.logged
+    assert m["reward/accuracy"] == 0.25 and m["groups/mixed"] == 0.5 and m["groups/all_wrong"] == 0.5
+    assert m["response/length_mean_correct"] == 2 and m["response/length_mean_wrong"] == pytest.approx(6 / 3)
+    assert DynamicSampling(metric="correct").keep_groups(None, None, batch).tolist() == [True, True, False, False]
+
+
+def test_reward_mean_is_after_shaping_whatever_the_callback_order():
+    """Diagnostics listed before a shaping technique still reports the shaped rewards: it reads the
+    generated batches when the update ends."""
+    batch = make_batch([1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1], [2, 2, 3, 1], statuses=["correct", "wrong", "correct", "correct"])
+    module = CaptureModule()
+    diag = Diagnostics(ngram=2, repetition_window=None)
+    diag.on_rollout(module.trainer, module, batch)  # Diagnostics first ...
+    batch.rewards -= 0.5  # ... then a technique shapes the rewards in place
+    batch.advantages = torch.zeros(4)
+    diag.on_update_end(module.trainer, module, batch, {})
+    assert module.logged["reward/mean"] == pytest.approx(0.25)
+    assert module.logged["reward/accuracy"] == 0.75  # the verdicts, unshaped
+
+
+def test_vllm_logging_level_and_repeats_shown_once(caplog):
+    """The engine's log_level reaches vLLM's loggers and a repeated message passes once, through the
+    handler vLLM installs (a stand-in here: the check needs no vLLM)."""
+    import logging
+
+    from lite_ppo.rollout.vllm import _quiet_vllm_logging
+
+    root = logging.getLogger("vllm")
+    handler = logging.Handler()
+    seen: list[str] = []
+    handler.emit = lambda record: seen.append(record.getMessage())
+    root.addHandler(handler)
+    old_level, old_propagate = root.level, root.propagate
+    try:
+        root.propagate = False
+        _quiet_vllm_logging("WARNING")
+        worker = logging.getLogger("vllm.v1.worker.cpu_worker")
+        for _ in range(4):
+            worker.warning("CPU backend doesn't allow to use `torch.set_num_threads`")
+        worker.info("Processed prompts")  # below WARNING
+        logging.getLogger("vllm.other").warning("another message")
+        assert seen == ["CPU backend doesn't allow to use `torch.set_num_threads`", "another message"]
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+        root.propagate = old_propagate
+
+
+def test_docs_scalar_table_is_the_generated_one():
+    """docs/tensorboard.md (linked from the README) shows exactly the table rendered from
+    ``metric_names``: a tag added, renamed or re-described without regenerating it fails here."""
+    page = (REPO / "docs" / "tensorboard.md").read_text()
+    begin = page.index("-->", page.index("<!-- scalar-table:begin")) + len("-->\n")
+    end = page.index("<!-- scalar-table:end -->")
+    assert page[begin:end] == names.scalar_table_markdown()
