@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import REPO
 from lite_ppo.research.grid import expand_grid
@@ -42,6 +43,9 @@ def test_sweep_runs_grid_resumes_and_compares(tmp_path, tiny_model_path, capsys)
         assert record["ended"] >= record["started"]
         assert record["versions"]["torch"] and record["versions"]["lightning"] and record["versions"]["lite-ppo"]
         assert (run_dir / "config.yaml").is_file() and any(run_dir.glob("events.out.tfevents.*"))
+        # The seed reaches the data order and the sampling, not only torch's global RNG.
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        assert config["seed_everything"] == config["data"]["seed"] == config["rollout"]["seed"] == record["seed"]
     summary = json.loads((out / "compare" / "summary.json").read_text())
     assert sorted(g["label"] for g in summary["groups"]) == ["grpo/tiny-arith", "lite_ppo/tiny-arith"]
     assert all(g["seeds"] == [0, 1] for g in summary["groups"])
@@ -111,3 +115,13 @@ def test_grid_axes_multiply_and_name_variants(tmp_path):
 def test_missing_recipe_is_a_user_error(tmp_path, capsys):
     assert sweep_main(["--recipe", str(tmp_path / "nope.yaml"), "--out", str(tmp_path)]) == 2
     assert "nope.yaml" in capsys.readouterr().err
+
+
+def test_a_seed_sets_the_data_and_sampling_seeds_unless_overridden(tmp_path):
+    """Seed 1 and seed 2 of a pretrained model differ only through the data order and the sampling:
+    a sweep whose seed reached only ``seed_everything`` ran the same run twice."""
+    point = expand_grid(RECIPES[:1], [7], [TINY])[0]
+    args = point.fit_args(tmp_path)
+    assert {"--seed_everything=7", "--data.seed=7", "--rollout.seed=7"} <= set(args)
+    overridden = expand_grid(RECIPES[:1], [7], [TINY], overrides=["--data.seed=3"])[0].fit_args(tmp_path)
+    assert overridden.index("--data.seed=3") > overridden.index("--data.seed=7")  # the later value wins in jsonargparse

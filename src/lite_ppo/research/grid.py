@@ -53,13 +53,16 @@ class GridPoint:
         return out / self.variant if self.variant else out
 
     def fit_args(self, out: Path) -> list[str]:
-        """The arguments after ``lite-ppo`` for this point (``fit --config ... --seed_everything=S ...``)."""
+        """The arguments after ``lite-ppo`` for this point (``fit --config ... --seed_everything=S --data.seed=S --rollout.seed=S ...``)."""
         args = ["fit", "--config", self.recipe]
         for config in self.configs:
             args += ["--config", config]
+        # The seed picks the data order and the sampling too, not only torch's RNG (the rollout seeds its
+        # own generators, and a pretrained policy has no random init): seeds before the overrides, so an
+        # explicit --data.seed / --rollout.seed of the user still wins.
+        args += [f"--seed_everything={self.seed}", f"--data.seed={self.seed}", f"--rollout.seed={self.seed}"]
         args += list(self.overrides)
         args += [
-            f"--seed_everything={self.seed}",
             f"--trainer.logger.init_args.save_dir={self.save_dir(out)}",
             f"--run_record.sweep_key={self.sweep_key}",
         ]

@@ -32,8 +32,8 @@ CONFIG_FILE = "config.yaml"
 _SEED_DIR = re.compile(r"^seed(-?\d+)(?:-\d+)?$")
 # Config entries that say where things go or who ran it, not what was run.
 _IGNORED_TOP = {"seed_everything", "run_record", "config", "ckpt_path", "console"}
-# Seeds below the top level that follow seed_everything (the data order).
-_IGNORED_PATHS = {("data", "seed")}
+# Seeds below the top level that follow the run's seed (the data order, the sampling).
+_IGNORED_PATHS = {("data", "seed"), ("rollout", "seed")}
 _IGNORED_ANYWHERE = {"dirpath", "output_dir", "default_root_dir", "save_dir", "logger"}
 
 
