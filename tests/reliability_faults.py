@@ -85,3 +85,33 @@ class DenyWritesAfter(Callback):
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self.teardown(trainer, pl_module, "fit")
+
+
+def fit_with_faults(tmp: Path, ckpt_dir: Path, callbacks: list[dict], *extra: str) -> None:
+    """``lite-ppo fit`` of the Lite PPO recipe on the tiny model with :class:`SignedAdvantages` (the
+    weights move every step), a checkpoint every 2 optimizer steps into ``ckpt_dir`` and the given
+    fault callbacks, through the real dispatcher (one-line errors, exit codes)."""
+    import yaml
+
+    from conftest import REPO
+    from lite_ppo.commands import main
+
+    listed = [
+        {"class_path": "reliability_faults.SignedAdvantages"},
+        {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "token-mean"}},
+        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": str(ckpt_dir), "save_last": True, "every_n_train_steps": 2, "save_top_k": -1}},
+        *callbacks,
+    ]
+    config = tmp / "faults.yaml"
+    config.write_text(yaml.safe_dump({"trainer": {"callbacks": listed, "enable_progress_bar": False, "enable_model_summary": False}}))
+    main(
+        [
+            "fit",
+            "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
+            "--config", str(REPO / "configs/models/tiny.yaml"),
+            "--config", str(config),
+            "--trainer.default_root_dir", str(tmp),
+            "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
+            *extra,
+        ]
+    )  # fmt: skip

@@ -174,29 +174,9 @@ def test_read_only_folder_is_refused(tmp_path):
 
 # ---------------------------------------------------------------- through the CLI, on the tiny model
 def _fit(tmp: Path, ckpt_dir: Path, *callbacks: dict) -> None:
-    import yaml
+    from reliability_faults import fit_with_faults
 
-    from conftest import REPO
-    from lite_ppo.commands import main
-
-    listed = [
-        {"class_path": "reliability_faults.SignedAdvantages"},
-        {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "token-mean"}},
-        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": str(ckpt_dir), "save_last": True, "every_n_train_steps": 2, "save_top_k": -1}},
-        *callbacks,
-    ]
-    config = tmp / "faults.yaml"
-    config.write_text(yaml.safe_dump({"trainer": {"callbacks": listed, "enable_progress_bar": False, "enable_model_summary": False}}))
-    main(
-        [
-            "fit",
-            "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
-            "--config", str(REPO / "configs/models/tiny.yaml"),
-            "--config", str(config),
-            "--trainer.default_root_dir", str(tmp),
-            "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
-        ]
-    )
+    fit_with_faults(tmp, ckpt_dir, list(callbacks))
 
 
 @pytest.mark.slow

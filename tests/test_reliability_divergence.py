@@ -12,34 +12,15 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import yaml
 
-from conftest import REPO, read_scalars
-from lite_ppo.commands import main
+from conftest import read_scalars
 from lite_ppo.metric_names import SKIPPED_STEPS
 from lite_ppo.reliability.divergence import DivergenceGuard, TrainingDiverged
+from reliability_faults import fit_with_faults
 
 
 def _fit(tmp: Path, nan_steps: list[int], *extra: str) -> None:
-    callbacks = [
-        {"class_path": "reliability_faults.SignedAdvantages"},
-        {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "token-mean"}},
-        {"class_path": "reliability_faults.NaNLoss", "init_args": {"steps": nan_steps}},
-        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": str(tmp / "ckpt"), "save_last": True, "every_n_train_steps": 2, "save_top_k": -1}},
-    ]
-    config = tmp / "faults.yaml"
-    config.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks, "enable_progress_bar": False, "enable_model_summary": False}}))
-    main(
-        [
-            "fit",
-            "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
-            "--config", str(REPO / "configs/models/tiny.yaml"),
-            "--config", str(config),
-            "--trainer.default_root_dir", str(tmp),
-            "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
-            *extra,
-        ]
-    )
+    fit_with_faults(tmp, tmp / "ckpt", [{"class_path": "reliability_faults.NaNLoss", "init_args": {"steps": nan_steps}}], *extra)
 
 
 def _weights(path: Path) -> dict:
