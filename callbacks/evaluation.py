@@ -245,7 +245,9 @@ class Evaluation(Callback):
                     if results and results["groups"]:
                         print(text_table(results, self.titles if label == "benchmark" else None), flush=True)
             return
-        before = self.before or {"results": None, "tiers": None}
+        if self.before is None:  # nothing to compare with: the after-training table was printed already
+            return
+        before = self.before
         print(f"\nAccuracy before training and after {after['step']} training steps:", flush=True)
         for label, name in (("benchmark", "results"), ("held-out tier", "tiers")):
             if after[name] and after[name]["groups"]:

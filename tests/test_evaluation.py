@@ -353,3 +353,14 @@ def test_before_after_table_with_held_out_tiers_only(capsys):
     rows = {line.split()[0]: line.split()[1:] for line in lines[2:]}
     assert rows["easy"] == ["12.0", "42.0", "+30.0"] and rows["hard"] == ["25.0", "25.0", "+0.0"]
     assert "benchmark" not in "\n".join(lines)
+
+
+def test_no_before_after_table_without_an_evaluation_before_training(capsys):
+    """Without ``evaluate_before_training`` there is nothing to compare with: the after-training table
+    (printed at the validation) stands alone, no before/after table of dashes follows."""
+    from lite_ppo.callbacks import Evaluation
+
+    callback = Evaluation(benchmarks=[])
+    callback.history = [{"step": 6, "results": {"groups": {}}, "tiers": {"groups": {"easy": {"accuracy": 0.42}}}}]
+    callback.on_fit_end(SimpleNamespace(is_global_zero=True), None)
+    assert capsys.readouterr().out == ""
