@@ -266,7 +266,8 @@ class LitePPO(LightningModule):
                     self.manual_backward(loss * world)
                 self._micro_stats(acc, micro, logits, logprobs, ratio)
                 acc.add(names.POLICY_LOSS, policy_loss)
-                acc.add(names.TOTAL_LOSS, loss)
+                if loss is not policy_loss:  # a technique added terms: the optimized loss differs from the surrogate
+                    acc.add(names.TOTAL_LOSS, loss)
                 guard.observe_loss(loss)
             grad_norm = self._clip_gradients(optimizer)
             guard.before_optimizer_step(self.trainer, optimizer, grad_norm)  # non-finite: grads dropped, step() changes nothing
@@ -312,8 +313,6 @@ class LitePPO(LightningModule):
         }
         if self.loss_config.dual_clip is not None:
             stats[names.CLIP_DUAL_NEGATIVE] = dual / negative.clamp(min=1)
-        if len([k for k in total if k.startswith("loss/")]) <= 2:  # no technique term: the total is the policy loss
-            total.pop(names.TOTAL_LOSS, None)
         for name, value in total.items():
             # Losses were summed over mini-batches (each a global mean): report the mean step loss.
             stats[name] = value / self.hparams.num_mini_batches if name.startswith("loss/") else value / tokens
