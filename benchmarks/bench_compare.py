@@ -40,7 +40,17 @@ def write_runs(root: Path, runs: int, steps: int, tags: int) -> None:
                 writer.add_scalar(tag, float(rng.random()), t)
             writer.add_histogram("response/length", rng.integers(1, 512, size=64), t)
         writer.close()
-        (run_dir / "run.json").write_text(json.dumps({"recipe": recipe, "model": "bench-model", "model_name": "bench-model", "seed": seed, "status": "finished"}))
+        (run_dir / "run.json").write_text(
+            json.dumps(
+                {
+                    "recipe": recipe,
+                    "model": "bench-model",
+                    "model_name": "bench-model",
+                    "seed": seed,
+                    "status": "finished",
+                }
+            )
+        )
 
 
 def main() -> None:
@@ -58,7 +68,10 @@ def main() -> None:
         start = time.perf_counter()
         write_runs(root, args.runs, args.steps, args.tags)
         size = sum(p.stat().st_size for p in root.rglob("*tfevents*")) / 2**20
-        print(f"wrote {args.runs} runs x {args.steps} steps x {args.tags} scalars (+1 histogram): {size:.1f} MiB in {time.perf_counter() - start:.1f} s")
+        print(
+            f"wrote {args.runs} runs x {args.steps} steps x {args.tags} scalars (+1 histogram): {size:.1f} MiB in "
+            f"{time.perf_counter() - start:.1f} s"
+        )
         runs = find_runs([str(root)])
         start = time.perf_counter()
         for run in runs:
@@ -68,7 +81,10 @@ def main() -> None:
         summary = compare([str(root)], Path(tmp) / "cmp")
         total_s = time.perf_counter() - start
         print(f"read event files: {read_s:.2f} s ({read_s / len(runs):.3f} s per run)")
-        print(f"compare total (read + group + {len(summary['figures'])} PNG + summary): {total_s:.2f} s for {len(runs)} runs in {len(summary['groups'])} groups")
+        print(
+            f"compare total (read + group + {len(summary['figures'])} PNG + summary): {total_s:.2f} s for {len(runs)} "
+            f"runs in {len(summary['groups'])} groups"
+        )
         print(f"(reading uses one worker process per CPU, at most 8: {min(8, os.cpu_count() or 1)} here)")
 
 

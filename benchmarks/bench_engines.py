@@ -36,7 +36,11 @@ DEFAULT_MODELS = ["builtin:tiny", "builtin:smollm2-135m-instruct"]
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", action="append", help="HF folder or builtin:<name>; repeat for several (default: tiny and SmolLM2-135M)")
+    p.add_argument(
+        "--model",
+        action="append",
+        help="HF folder or builtin:<name>; repeat for several (default: tiny and SmolLM2-135M)",
+    )
     p.add_argument("--engines", default="vllm,hf", help="comma-separated subset of vllm,hf")
     p.add_argument("--prompts", type=int, default=16, help="number of prompts")
     p.add_argument("--n", type=int, default=8, help="samples per prompt")
@@ -44,14 +48,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.99)
     p.add_argument("--top-p", type=float, default=0.99)
     p.add_argument("--top-k", type=int, default=100)
-    p.add_argument("--vllm-dtype", default="bfloat16,float32", help="comma-separated vLLM dtypes (auto, bfloat16, float32); one engine each")
-    p.add_argument("--hf-dtype", default="float32", choices=["bfloat16", "float32"], help="dtype of the HF policy (the trainer's weights)")
+    p.add_argument(
+        "--vllm-dtype",
+        default="bfloat16,float32",
+        help="comma-separated vLLM dtypes (auto, bfloat16, float32); one engine each",
+    )
+    p.add_argument(
+        "--hf-dtype",
+        default="float32",
+        choices=["bfloat16", "float32"],
+        help="dtype of the HF policy (the trainer's weights)",
+    )
     p.add_argument("--hf-batch-size", type=int, default=16, help="prompts per HF generate call")
     p.add_argument("--kv-cache-gib", type=float, default=2.0)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="also write the results here")
-    p.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)  # per-model child processes: the parent prints it
+    p.add_argument(
+        "--no-summary", action="store_true", help=argparse.SUPPRESS
+    )  # per-model child processes: the parent prints it
     return p.parse_args(argv)
 
 
@@ -61,7 +76,9 @@ def make_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:
     for _ in range(count):
         question = f"What is {rng.randint(0, 99)} + {rng.randint(0, 99)}? Put your final answer within \\boxed{{}}."
         if getattr(tokenizer, "chat_template", None):
-            ids = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True, return_dict=False)
+            ids = tokenizer.apply_chat_template(
+                [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True, return_dict=False
+            )
         else:
             ids = tokenizer.encode(question)
         prompts.append(list(ids))
@@ -92,8 +109,16 @@ def bench_one(args: argparse.Namespace, model_name: str) -> dict:
     dtype = torch.bfloat16 if args.hf_dtype == "bfloat16" else torch.float32
     policy = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
     prompts = make_prompts(tokenizer, args.prompts, args.seed)
-    sampling = SamplingConfig(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens)
-    warmup = SamplingConfig(n=2, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_new_tokens=min(16, args.max_new_tokens))
+    sampling = SamplingConfig(
+        n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens
+    )
+    warmup = SamplingConfig(
+        n=2,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_new_tokens=min(16, args.max_new_tokens),
+    )
     result = dict(
         model=model_name,
         path=path,
@@ -112,7 +137,13 @@ def bench_one(args: argparse.Namespace, model_name: str) -> dict:
         engine.generate(prompts[:2], warmup, seed=args.seed)
         groups, seconds = _timed(lambda: engine.generate(prompts, sampling, seed=args.seed))
         tokens = _count(groups)
-        result["hf"] = dict(engine=type(engine).__name__, dtype=args.hf_dtype, tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds)
+        result["hf"] = dict(
+            engine=type(engine).__name__,
+            dtype=args.hf_dtype,
+            tokens=tokens,
+            seconds=seconds,
+            tokens_per_s=tokens / seconds,
+        )
         _print_line(model_name, "hf", result["hf"])
 
     if "vllm" in engines:
@@ -122,8 +153,8 @@ def bench_one(args: argparse.Namespace, model_name: str) -> dict:
         for vllm_dtype in _dtypes(args.vllm_dtype):
             engine = VLLMEngine(dtype=vllm_dtype, kv_cache_space_gib=args.kv_cache_gib, seed=args.seed)
             engine.setup(policy, tokenizer, path)
-            _, first_generate = _timed(lambda: engine.generate(prompts[:2], warmup, seed=args.seed))
-            groups, seconds = _timed(lambda: engine.generate(prompts, sampling, seed=args.seed))
+            _, first_generate = _timed(lambda engine=engine: engine.generate(prompts[:2], warmup, seed=args.seed))
+            groups, seconds = _timed(lambda engine=engine: engine.generate(prompts, sampling, seed=args.seed))
             tokens = _count(groups)
             engine.sync_weights(policy)  # the first sync also pays one-off costs; report the second
             first_sync = engine.last_sync_seconds
@@ -174,9 +205,16 @@ class _PlainGenerate:
                 mask[row, width - len(p) :] = 1
             with torch.no_grad():
                 seqs = self.policy.generate(
-                    input_ids=ids, attention_mask=mask, do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                    top_k=sampling.top_k if sampling.top_k > 0 else None, max_new_tokens=sampling.max_new_tokens,
-                    num_return_sequences=sampling.n, eos_token_id=eos, pad_token_id=eos,
+                    input_ids=ids,
+                    attention_mask=mask,
+                    do_sample=True,
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    top_k=sampling.top_k if sampling.top_k > 0 else None,
+                    max_new_tokens=sampling.max_new_tokens,
+                    num_return_sequences=sampling.n,
+                    eos_token_id=eos,
+                    pad_token_id=eos,
                 )[:, width:].tolist()
             for p in range(len(chunk)):
                 group = []
@@ -215,7 +253,11 @@ def _print_line(model: str, engine: str, r: dict) -> None:
             f"  startup {r['startup_s']:.1f} s, first generate {r['first_generate_s']:.1f} s,"
             f"  sync {r['sync_s']:.3f} s (first {r['first_sync_s']:.3f} s, {r['sync_buckets']} buckets)"
         )
-    print(f"[{model}] {engine:<14} {r['dtype']:<8} {r['tokens']:>7} tokens in {r['seconds']:7.2f} s = {r['tokens_per_s']:8.1f} tokens/s{extra}", flush=True)
+    print(
+        f"[{model}] {engine:<14} {r['dtype']:<8} {r['tokens']:>7} tokens in {r['seconds']:7.2f} s = "
+        f"{r['tokens_per_s']:8.1f} tokens/s{extra}",
+        flush=True,
+    )
 
 
 def main(argv=None) -> None:
@@ -230,7 +272,16 @@ def main(argv=None) -> None:
         for model in models:
             with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
                 out = tmp.name
-            cmd = [sys.executable, os.path.abspath(__file__), "--model", model, "--json", out, "--no-summary", *passthrough]
+            cmd = [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--model",
+                model,
+                "--json",
+                out,
+                "--no-summary",
+                *passthrough,
+            ]
             proc = subprocess.run(cmd, check=False)
             if proc.returncode != 0:
                 print(f"[{model}] failed with exit code {proc.returncode}", flush=True)

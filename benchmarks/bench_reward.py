@@ -63,7 +63,11 @@ def normal_responses(count: int, data_dir: Path) -> tuple[list[str], list[str], 
     rows = [r for r in rows if "\\boxed" in r.get("solution", "")]
     if rows:
         picked = [rows[i % len(rows)] for i in range(count)]
-        return [r["solution"] for r in picked], [r["answer"] for r in picked], f"MATH reference solutions from {data_dir}"
+        return (
+            [r["solution"] for r in picked],
+            [r["answer"] for r in picked],
+            f"MATH reference solutions from {data_dir}",
+        )
     responses = [
         f"We add the numbers step by step: ${i} + {2 * i} = {3 * i}$. Then we halve it, "
         f"$\\frac{{{3 * i}}}{{2}}$, and check the units. So the answer is \\boxed{{\\frac{{{3 * i}}}{{2}}}}."
@@ -100,7 +104,9 @@ def main(argv=None) -> None:
     p.add_argument("--normal", type=int, default=256)
     p.add_argument("--pathological", type=int, default=16)
     p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "train")
-    p.add_argument("--skip-serial-pathological", action="store_true", help="skip the slow serial run (pathological x timeout s)")
+    p.add_argument(
+        "--skip-serial-pathological", action="store_true", help="skip the slow serial run (pathological x timeout s)"
+    )
     args = p.parse_args(argv)
     workers = args.workers if args.workers is not None else available_cores()
     print(f"cores available: {available_cores()}, pool workers: {workers}, per-response budget {args.timeout} s")
@@ -123,14 +129,24 @@ def main(argv=None) -> None:
     cpu_parent, cpu_workers = own_cpu() - cpu_parent, workers_cpu(pool) - cpu_workers
     assert [r.status for r in r_serial] == [r.status for r in r_pool], "serial and pool disagree"
     print(f"\nnormal batch: {len(responses)} {source}; statuses {dict(Counter(r.status for r in r_pool))}")
-    print(f"  serial {t_serial:.2f} s ({1000 * t_serial / len(responses):.1f} ms/response)   pool {t_pool:.2f} s   speed-up x{t_serial / t_pool:.2f}")
-    print(f"  CPU seconds: serial {cpu_serial:.2f}; pool {cpu_workers:.2f} in the workers + {cpu_parent:.2f} in the caller")
+    print(
+        f"  serial {t_serial:.2f} s ({1000 * t_serial / len(responses):.1f} ms/response)   pool {t_pool:.2f} s   "
+        f"speed-up x{t_serial / t_pool:.2f}"
+    )
+    print(
+        f"  CPU seconds: serial {cpu_serial:.2f}; pool {cpu_workers:.2f} "
+        f"in the workers + {cpu_parent:.2f} in the caller"
+    )
     print("  small batches (median of 5 runs, warm pool): size  serial_s  pool_s")
     for size in (1, 2, 4, 8, 16, 32):
         if size > len(responses):
             break
-        s = statistics.median(timed(lambda: serial.score_batch(responses[:size], golds[:size]))[0] for _ in range(5))
-        q = statistics.median(timed(lambda: pool.score_batch(responses[:size], golds[:size]))[0] for _ in range(5))
+        s = statistics.median(
+            timed(lambda size=size: serial.score_batch(responses[:size], golds[:size]))[0] for _ in range(5)
+        )
+        q = statistics.median(
+            timed(lambda size=size: pool.score_batch(responses[:size], golds[:size]))[0] for _ in range(5)
+        )
         print(f"  {size:>4}  {s:8.4f}  {q:7.4f}")
 
     bad = pathological_responses(args.pathological)

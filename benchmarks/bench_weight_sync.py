@@ -10,7 +10,7 @@ push it into a colocated vLLM engine.
 
 For each model (``builtin:tiny``, ``builtin:smollm2-135m-instruct``) and each rank it prints:
 
-- ``gather``: :func:`lite_ppo.strategies.iter_gathered_state` alone (bucketed all-gather, no engine);
+- ``gather``: :func:`lite_ppo.weight_gather.iter_gathered_state` alone (bucketed all-gather, no engine);
 - ``sync``: ``VLLMEngine.sync_weights(policy)``, the project's engine path (the same gather with
   whole-block buckets, a copy in the engine's dtype, vLLM ``reload_weights``, prefix-cache reset);
 - ``push``: ``iter_gathered_state`` fed straight into vLLM's ``reload_weights`` (one pass, lazy,
@@ -46,7 +46,7 @@ class RSSPeak:
 
         self.proc, self.interval = psutil.Process(), interval
 
-    def __enter__(self) -> "RSSPeak":
+    def __enter__(self) -> RSSPeak:
         self.base = self.peak = self.proc.memory_info().rss
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -91,12 +91,15 @@ def bench(name: str, bucket_bytes: int, repeats: int, engine_on: bool) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from lite_ppo.models import resolve_model
-    from lite_ppo.strategies import iter_gathered_state
     from lite_ppo.strategies.zero import register_hf_zero3
+    from lite_ppo.weight_gather import iter_gathered_state
 
     rank = torch.distributed.get_rank()
     path = resolve_model(MODELS[name])
-    config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}
+    config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+    }
     token = register_hf_zero3(config)  # from_pretrained loads straight into ZeRO-3 partitions
     policy = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     # The engine installs ZeRO-3's fetch/release hooks, so forward passes (HF generate) work on the
@@ -143,7 +146,13 @@ def bench(name: str, bucket_bytes: int, repeats: int, engine_on: bool) -> dict:
     if engine_on:
         from lite_ppo.rollout.vllm import VLLMEngine
 
-        engine = VLLMEngine(dtype="float32", kv_cache_space_gib=1, max_model_len=512, sync_bucket_bytes=bucket_bytes, return_logprobs=False)
+        engine = VLLMEngine(
+            dtype="float32",
+            kv_cache_space_gib=1,
+            max_model_len=512,
+            sync_bucket_bytes=bucket_bytes,
+            return_logprobs=False,
+        )
         start = time.perf_counter()
         engine.setup(policy, tokenizer, path)
         out["engine_startup_s"] = time.perf_counter() - start
@@ -162,7 +171,9 @@ def bench(name: str, bucket_bytes: int, repeats: int, engine_on: bool) -> dict:
 
         def push() -> None:
             weights = tracked(iter_gathered_state(policy, bucket_bytes, copy=True))
-            engine.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=weights, is_checkpoint_format=True))
+            engine.llm.collective_rpc(
+                "reload_weights", kwargs=dict(weights_iterator=weights, is_checkpoint_format=True)
+            )
             engine.llm.reset_prefix_cache()
 
         out["push_s"], out["push_rss_MiB"] = _timed(push, repeats)
@@ -176,13 +187,15 @@ def bench(name: str, bucket_bytes: int, repeats: int, engine_on: bool) -> dict:
         out["greedy_changed_by_sync"] = after != before
         # No engine.close(): vLLM's shutdown destroys torch.distributed's default process group,
         # which here is the training one. The process ends after this model.
-    del policy, ds_engine, token
+    del ds_engine, token
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="tiny", help="comma-separated; with the engine on, one per launch (see below)")
+    parser.add_argument(
+        "--models", default="tiny", help="comma-separated; with the engine on, one per launch (see below)"
+    )
     parser.add_argument("--bucket-mb", type=float, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-engine", action="store_true", help="gather only")

@@ -9,6 +9,7 @@ import yaml
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+from typing_extensions import override
 
 from lite_ppo.research.context import RunContext, context_from_config
 from lite_ppo.research.rules import RULE_TAGS, Finding, advise, format_findings
@@ -45,7 +46,9 @@ class TechniqueAdvisor(Callback):
 
     TAG = "advisor/findings"
 
-    def __init__(self, every_n_steps: int = 50, model_kind: Literal["base", "aligned"] | None = None, print_findings: bool = True) -> None:
+    def __init__(
+        self, every_n_steps: int = 50, model_kind: Literal["base", "aligned"] | None = None, print_findings: bool = True
+    ) -> None:
         if every_n_steps < 1:
             raise ValueError(f"TechniqueAdvisor.every_n_steps must be >= 1, got {every_n_steps}")
         self.every_n_steps = every_n_steps
@@ -55,7 +58,10 @@ class TechniqueAdvisor(Callback):
         self.steps = 0
         self.last_findings: list[Finding] = []
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    @override
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         metrics = trainer.callback_metrics
         for tag in RULE_TAGS:
             if tag in metrics:
@@ -64,6 +70,7 @@ class TechniqueAdvisor(Callback):
         if self.steps % self.every_n_steps == 0:
             self._report(trainer, pl_module, final=False)
 
+    @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # When the last periodic report already holds the final state, only print it.
         self._report(trainer, pl_module, final=True, write=self.steps % self.every_n_steps != 0)

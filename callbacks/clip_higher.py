@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from lite_ppo.hooks import PolicyLossConfig, Technique
+from typing_extensions import override
+
+from lite_ppo.technique import PolicyLossConfig, Technique
 
 
 class ClipHigher(Technique):
@@ -17,7 +19,9 @@ class ClipHigher(Technique):
     With ``eps_high == eps_low`` this is exactly the symmetric PPO clip.
 
     Args:
-        eps_low: lower clip, ratio floor 1 - eps_low for A < 0 (DAPO: 0.2).
+        eps_low: lower clip, ratio floor 1 - eps_low for A < 0 (DAPO: 0.2). ``None`` (default): the
+            module's ``model.clip_eps``, the one source of the lower clip; a value that differs
+            from it is refused at fit start.
         eps_high: upper clip, ratio ceiling 1 + eps_high for A > 0 (DAPO: 0.28; the paper sweeps 0.20-0.32).
         dual_clip: constant c > 1 bounding the loss of negative-advantage tokens by c * |A| however
             large the ratio grows (Ye et al. 2020), or ``None`` (off, the default). Logged as ``clip/dual``.
@@ -30,8 +34,8 @@ class ClipHigher(Technique):
               init_args: {eps_low: 0.2, eps_high: 0.28}
     """
 
-    def __init__(self, eps_low: float = 0.2, eps_high: float = 0.28, dual_clip: float | None = None) -> None:
-        if not 0 <= eps_low < 1:
+    def __init__(self, eps_low: float | None = None, eps_high: float = 0.28, dual_clip: float | None = None) -> None:
+        if eps_low is not None and not 0 <= eps_low < 1:
             raise ValueError(f"ClipHigher.eps_low must be in [0, 1), got {eps_low}")
         if eps_high < 0:
             raise ValueError(f"ClipHigher.eps_high must be >= 0, got {eps_high}")
@@ -41,8 +45,11 @@ class ClipHigher(Technique):
         self.eps_high = eps_high
         self.dual_clip = dual_clip
 
+    @override
     def configure_loss(self, config: PolicyLossConfig) -> dict[str, Any]:
-        fields: dict[str, Any] = {"clip_low": self.eps_low, "clip_high": self.eps_high}
+        fields: dict[str, Any] = {"clip_high": self.eps_high}
+        if self.eps_low is not None:
+            fields["clip_low"] = self.eps_low
         if self.dual_clip is not None:
             fields["dual_clip"] = self.dual_clip
         return fields

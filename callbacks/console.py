@@ -9,6 +9,7 @@ import warnings
 from typing import Any
 
 from lightning.pytorch.callbacks.progress.rich_progress import RichProgressBar, RichProgressBarTheme
+from typing_extensions import override
 
 from lite_ppo import metric_names as names
 
@@ -68,12 +69,17 @@ class ConsoleProgressBar(RichProgressBar):
             raise ValueError(f"ConsoleProgressBar.summary_every_n_steps must be >= 0, got {summary_every_n_steps}")
         super().__init__(refresh_rate=refresh_rate, leave=leave, theme=RichProgressBarTheme(metrics_format=".3g"))
         self.summary_every_n_steps = summary_every_n_steps
-        self.summary_metrics = dict(summary_metrics) if summary_metrics is not None else {label: tag for tag, label in LIVE_METRICS.items()}
+        self.summary_metrics = (
+            dict(summary_metrics)
+            if summary_metrics is not None
+            else {label: tag for tag, label in LIVE_METRICS.items()}
+        )
         self.summary_lines: list[str] = []  # what was printed (tests and notebooks read it)
         # Now, not in setup(): Lightning prints its tip while the Trainer is built, after this bar.
         _quiet_lightning_tips()
 
     # -- quiet libraries -----------------------------------------------------------------------------
+    @override
     def setup(self, trainer, pl_module, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
         # Lightning's own use of a deprecated torch pytree API: nothing a user can act on.
@@ -103,6 +109,7 @@ class ConsoleProgressBar(RichProgressBar):
             return self.val_progress_bar_id, self.validation_description + " "
         return None, ""
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         step = trainer.fit_loop.total_batch_idx + 1

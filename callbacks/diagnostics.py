@@ -7,14 +7,18 @@ import re
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lite_ppo import metric_names as names
-from lite_ppo.hooks import Technique, techniques_of
 from lite_ppo.ops.correlation import pearson_correlation
 from lite_ppo.ops.group_outcomes import group_outcome_shares
 from lite_ppo.ops.repetition import repetition_shares
+from lite_ppo.ranks import Ranks
 from lite_ppo.rewards import STATUSES
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.technique import Technique, UpdateStats, techniques_of
+
+CORRECT = "correct"  # the verifier status of a right answer (lite_ppo.rewards.STATUSES)
 
 
 class Diagnostics(Technique):
@@ -30,8 +34,8 @@ class Diagnostics(Technique):
       sampling all refill rounds and the dropped groups count: this is how the policy behaves.
       Correctness is the verifier's verdict, ``RolloutBatch.correct``, which reward shaping does not
       change. ``reward/mean`` and ``reward/std`` are the rewards after every technique's
-      ``on_rollout`` shaping, whatever the order of the callbacks (the batches are read when the
-      step's update ends, not when this callback's ``on_rollout`` runs).
+      ``shape_rewards`` term, whatever the order of the callbacks (``on_rollout`` runs after all
+      of them).
     - **Update** (``update/*``, ``tier/<t>/advantage_nonzero_share``,
       ``tier/<t>/share_of_loss_tokens``): the batch the optimizer saw, read in ``on_update_end``,
       after advantages and loss masks. The module logs the token-level ones itself (``clip/*``,
@@ -90,24 +94,25 @@ class Diagnostics(Technique):
         self._generated: list[RolloutBatch] = []
 
     # -- hooks -----------------------------------------------------------------------------------
+    @override
     def on_fit_start(self, trainer, pl_module) -> None:
         if self.layout and trainer.global_rank == 0:
             for writer in _tensorboard_writers(trainer):
                 writer.add_custom_scalars(names.CUSTOM_SCALARS_LAYOUT)
                 _write_hparams(writer, run_hparams(trainer, pl_module))
 
+    @override
     def on_rollout(self, trainer, module, batch: RolloutBatch) -> None:
-        # Kept by reference and read at update end, so the rewards are those after every
-        # technique's shaping, before or after this callback in the list.
-        self._generated.append(batch)
+        self._generated.append(self.generation_record(batch))  # rewards already shaped by every technique
 
-    def on_update_end(self, trainer, module, batch: RolloutBatch, stats: dict[str, torch.Tensor]) -> None:
-        generated = [self.generation_record(b) for b in (self._generated or [batch])]
+    @override
+    def on_update_end(self, trainer, module, batch: RolloutBatch, stats: UpdateStats) -> None:
+        generated = self._generated or [self.generation_record(batch)]
         self._generated = []
-        world = trainer.world_size if trainer is not None else 1
+        ranks = Ranks(trainer)
         # Group ids restart in every record (refill round, rank): merge_records keeps them distinct.
-        gen = merge_records([r for rank in _gather_objects(generated, world) for r in rank])
-        upd = merge_records(_gather_objects(self.update_record(batch), world))
+        gen = merge_records([r for rank in ranks.objects(generated) for r in rank])
+        upd = merge_records(ranks.objects(self.update_record(batch)))
         split_tiers = self.per_tier and len(_tier_rows(gen["tier"])) > 1
         metrics = self.generation_metrics(gen, split_tiers)
         metrics.update(self.update_metrics(upd, split_tiers))
@@ -133,7 +138,7 @@ class Diagnostics(Technique):
             "repetition": rep.double(),
             "group": batch.group_ids.detach().cpu().long(),
             "tier": list(batch.extras.get("tier", [None] * n)),
-            "status": list(batch.extras.get("reward_status", [None] * n)),
+            "status": list(batch.reward_status) if batch.reward_status is not None else [None] * n,
         }
 
     def update_record(self, batch: RolloutBatch) -> dict[str, Any]:
@@ -184,7 +189,15 @@ class Diagnostics(Technique):
             for tier, idx in tiers.items():
                 t = self._generation_summary(_select(rec, idx))
                 out[names.tier_tag(tier, "share_of_prompts")] = t["groups"] / n_groups
-                for k in ("accuracy", "length_mean", "truncation_rate", "repetition_rate_truncated", "groups_all_correct", "groups_all_wrong", "groups_mixed"):
+                for k in (
+                    "accuracy",
+                    "length_mean",
+                    "truncation_rate",
+                    "repetition_rate_truncated",
+                    "groups_all_correct",
+                    "groups_all_wrong",
+                    "groups_mixed",
+                ):
                     out[names.tier_tag(tier, k)] = t[k]
         return out
 
@@ -193,7 +206,11 @@ class Diagnostics(Technique):
         truncated, rep, prompt = rec["truncated"], rec["repetition"], rec["prompt_length"].double()
         n = reward.numel()
         repetitive = rep >= self.repetition_threshold
-        shares = group_outcome_shares(correct.double(), rec["group"]) if n else {"all_correct": 0.0, "all_wrong": 0.0, "mixed": 0.0}
+        shares = (
+            group_outcome_shares(correct.double(), rec["group"])
+            if n
+            else {"all_correct": 0.0, "all_wrong": 0.0, "mixed": 0.0}
+        )
         return {
             "reward_mean": float(reward.mean()) if n else 0.0,
             "reward_std": float(reward.std()) if n > 1 else 0.0,
@@ -231,7 +248,9 @@ class Diagnostics(Technique):
         if split_tiers if split_tiers is not None else (self.per_tier and len(tiers) > 1):
             for tier, idx in tiers.items():
                 out[names.tier_tag(tier, "advantage_nonzero_share")] = float((adv[idx].abs() > 1e-8).double().mean())
-                out[names.tier_tag(tier, "share_of_loss_tokens")] = float(loss_tokens[idx].sum()) / max(total_loss_tokens, 1.0)
+                out[names.tier_tag(tier, "share_of_loss_tokens")] = float(loss_tokens[idx].sum()) / max(
+                    total_loss_tokens, 1.0
+                )
         return out
 
     def _write_histograms(self, trainer, rec: dict[str, Any]) -> None:
@@ -290,20 +309,6 @@ def _tag_safe(name: str) -> str:
 
 def _rate(flags: torch.Tensor, among: torch.Tensor) -> float:
     return float(flags[among].double().mean()) if among.any() else 0.0
-
-
-def _gather_objects(obj: Any, world_size: int) -> list[Any]:
-    """``obj`` of every rank, in rank order (one all_gather_object; no communication on one rank)."""
-    if world_size <= 1:
-        return [obj]
-    import torch.distributed as dist
-
-    out: list[Any] = [None] * world_size
-    dist.all_gather_object(out, obj)
-    return out
-
-
-CORRECT = "correct"  # the verifier status of a right answer (lite_ppo.rewards.STATUSES)
 
 
 def _tensorboard_writers(trainer) -> list:

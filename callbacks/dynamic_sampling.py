@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from typing_extensions import override
 
-from lite_ppo.hooks import Technique
 from lite_ppo.ops.dynamic_sampling import mixed_group_mask
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.technique import Technique
+
 
 class DynamicSampling(Technique):
     """Keeps only the groups (all G responses of one prompt) whose responses disagree.
@@ -44,5 +46,6 @@ class DynamicSampling(Technique):
             return batch.correct.to(batch.rewards.device).float()
         return batch.rewards.float()
 
+    @override
     def keep_groups(self, trainer, module, batch: RolloutBatch) -> torch.Tensor:
         return mixed_group_mask(self.scores(batch), batch.group_ids)

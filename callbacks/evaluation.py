@@ -12,21 +12,19 @@ from lightning.pytorch import Callback
 from lite_ppo.callbacks.rollout import Rollout
 from lite_ppo.errors import UserError
 from lite_ppo.evaluation.benchmarks import apply_limit, load_benchmark_config, load_benchmarks, resolve_data_dir
-from lite_ppo.evaluation.data import benchmark_items, items_loader
 from lite_ppo.evaluation.metrics import flatten
 from lite_ppo.evaluation.report import comparison_table, table_columns, text_table, write_jsonl, write_report
 from lite_ppo.evaluation.results import GroupMetrics, response_records
-
-_WRAPPED = "_lite_ppo_evaluation_wrapped"
 
 
 class Evaluation(Callback):
     """Adds benchmark problems to Lightning's validation and reports metrics per benchmark.
 
     Validation runs when Lightning schedules it (``trainer.val_check_interval``,
-    ``trainer.check_val_every_n_epoch``; ``lite-ppo validate`` runs it once). The callback appends
-    this rank's share of every benchmark to the data module's validation batches (after the
-    module's own per-tier held-out split, ``data.val_size``, which is kept). The ``Rollout``
+    ``trainer.check_val_every_n_epoch``; ``lite-ppo validate`` runs it once). In ``setup`` the
+    callback gives the benchmarks to the data module (``MathDataModule.configure_validation``),
+    whose validation loader then serves them after its own per-tier held-out split
+    (``data.val_size``, kept unless ``tier_split: false``). The ``Rollout``
     callback generates and scores each batch with its ``eval_sampling`` (greedy by default; set
     ``n > 1`` and a temperature for mean@n and pass@k) and the same reward as training; this
     callback turns the scored responses into metrics (``lite_ppo.evaluation.metrics``, summed over
@@ -42,7 +40,8 @@ class Evaluation(Callback):
       ``output_dir/step_<global_step>``.
 
     With ``evaluate_before_training: true`` the sanity check runs the whole validation before the
-    first step (it sets ``trainer.num_sanity_val_steps`` to all batches); the callback keeps those
+    first step: it needs ``Trainer(num_sanity_val_steps=-1)``, which ``lite-ppo fit`` sets when this
+    option is on (a Python user passes it; ``setup`` says so otherwise). The callback keeps those
     numbers (Lightning discards sanity-check logs), logs them at step 0 and, when fit ends, prints
     accuracy before and after training (after = the last validation run).
 
@@ -112,7 +111,6 @@ class Evaluation(Callback):
         self.tier_metrics: GroupMetrics | None = None
         self.before: dict[str, Any] | None = None  # results of the pre-training (sanity) evaluation
         self.history: list[dict[str, Any]] = []  # {"step", "results", "tiers"} of every full validation
-        self._num_items = 0
         self._batches_seen = 0
         self._records: list[dict[str, Any]] = []
 
@@ -129,46 +127,47 @@ class Evaluation(Callback):
             self.benchmarks = load_benchmarks(self.specs, resolve_data_dir(None, self.data_dir)) if self.specs else []
         rollout = next((cb for cb in trainer.callbacks if isinstance(cb, Rollout)), None)
         if rollout is None:
-            raise ValueError("Evaluation needs the lite_ppo.callbacks.Rollout callback (it generates the validation responses)")
+            raise ValueError(
+                "Evaluation needs the lite_ppo.callbacks.Rollout callback (it generates the validation responses)"
+            )
         n = rollout.eval_sampling.n
         if self.pass_k and max(self.pass_k) > n:
-            raise UserError(f"Evaluation.pass_k={self.pass_k} needs rollout.eval_sampling.n >= {max(self.pass_k)} samples per problem, got n={n}")
-        self.metrics = GroupMetrics([s.name for s, _ in self.benchmarks], num_samples=n, ks=self.pass_k, averaged=[s.name for s, _ in self.benchmarks if s.in_average])
+            raise UserError(
+                f"Evaluation.pass_k={self.pass_k} needs rollout.eval_sampling.n >= {max(self.pass_k)} "
+                f"samples per problem, got n={n}"
+            )
+        self.metrics = GroupMetrics(
+            [s.name for s, _ in self.benchmarks],
+            num_samples=n,
+            ks=self.pass_k,
+            averaged=[s.name for s, _ in self.benchmarks if s.in_average],
+        )
         self.tier_metrics = GroupMetrics([], num_samples=n, ks=self.pass_k)
-        if stage == "fit" and self.evaluate_before_training:
-            trainer.num_sanity_val_steps = float("inf")
-        self._wrap_val_dataloader(trainer)
-
-    def teardown(self, trainer, pl_module, stage: str) -> None:
+        if (
+            stage == "fit"
+            and self.evaluate_before_training
+            and trainer.num_sanity_val_steps != float("inf")
+            and not trainer.fast_dev_run
+        ):
+            raise UserError(
+                "Evaluation(evaluate_before_training=True) evaluates in the sanity check before training: it needs "
+                f"Trainer(num_sanity_val_steps=-1) (all batches), got {trainer.num_sanity_val_steps} "
+                "(lite-ppo fit sets it)"
+            )
         datamodule = trainer.datamodule
-        if datamodule is not None and getattr(datamodule.__dict__.get("val_dataloader"), _WRAPPED, False):
-            del datamodule.val_dataloader  # back to the class's method
-
-    def _wrap_val_dataloader(self, trainer) -> None:
-        datamodule = trainer.datamodule
-        if datamodule is None:
-            raise ValueError("Evaluation adds its batches to a LightningDataModule's val_dataloader; the trainer has no datamodule")
-        if getattr(datamodule.__dict__.get("val_dataloader"), _WRAPPED, False):
-            return
-        original = datamodule.val_dataloader
-
-        def val_dataloader():
-            rank, world = trainer.global_rank, trainer.world_size
-            tier_items: list[dict[str, Any]] = []
-            if self.tier_split:
-                loaders = original()
-                for loader in loaders if isinstance(loaders, (list, tuple)) else [loaders]:
-                    tier_items.extend(loader)
-                # Every rank must know every tier (metrics sync tier by tier): ask the data module.
-                tiers = [p.tier for p in datamodule.held_out()] if hasattr(datamodule, "held_out") else [p.tier for it in tier_items for p in it["problems"]]
-                for tier in dict.fromkeys(tiers):
-                    self.tier_metrics.add_group(tier)
-            items = tier_items + benchmark_items(self.benchmarks, self.batch_size, rank, world)
-            self._num_items = len(items)
-            return items_loader(items)
-
-        setattr(val_dataloader, _WRAPPED, True)
-        datamodule.val_dataloader = val_dataloader
+        if not callable(getattr(datamodule, "configure_validation", None)):
+            raise ValueError(
+                "Evaluation gives its benchmarks to the data module's validation loader: "
+                "the trainer needs a data module "
+                "with configure_validation(problem_sets, batch_size, held_out), such as lite_ppo.data.MathDataModule"
+            )
+        datamodule.configure_validation(
+            [(spec.name, problems) for spec, problems in self.benchmarks], self.batch_size, held_out=self.tier_split
+        )
+        if self.tier_split:
+            # Every rank must know every tier (metrics sync tier by tier): ask the data module.
+            for tier in dict.fromkeys(p.tier for p in datamodule.held_out()):
+                self.tier_metrics.add_group(tier)
 
     # ------------------------------------------------------------------ validation
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
@@ -179,7 +178,9 @@ class Evaluation(Callback):
         self._batches_seen = 0
         self._records = []
 
-    def on_validation_batch_end(self, trainer, pl_module, outputs, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(
+        self, trainer, pl_module, outputs, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         rollout = batch.get("rollout") if isinstance(batch, dict) else None
         if rollout is None:
             return
@@ -188,7 +189,10 @@ class Evaluation(Callback):
         if "benchmark" in batch:
             groups = [(batch["benchmark"], self.metrics, batch.get("valid"))]
         else:  # the data module's held-out tiers, possibly several in one batch
-            groups = [(tier, self.tier_metrics, [p.tier == tier for p in problems]) for tier in dict.fromkeys(p.tier for p in problems)]
+            groups = [
+                (tier, self.tier_metrics, [p.tier == tier for p in problems])
+                for tier in dict.fromkeys(p.tier for p in problems)
+            ]
         for group, metrics, valid in groups:
             if group not in metrics.metrics:
                 metrics.add_group(group)
@@ -199,7 +203,7 @@ class Evaluation(Callback):
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         results = self.metrics.compute()
         tiers = self.tier_metrics.compute() if self.tier_metrics.groups else None
-        complete = self._batches_seen >= self._num_items
+        complete = self._batches_seen >= _num_batches(trainer.val_dataloaders)
         if trainer.sanity_checking and not complete:
             return  # a partial sanity check (num_sanity_val_steps > 0): nothing to report
         flat = self._flat(results, tiers)
@@ -217,12 +221,22 @@ class Evaluation(Callback):
                 logger.log_metrics(flat, step=step)
         else:
             pl_module.log_dict(flat, on_step=False, on_epoch=True, sync_dist=False)
-        entry = {"step": step, "global_step": trainer.global_step, "results": results, "tiers": tiers, "complete": complete}
+        entry = {
+            "step": step,
+            "global_step": trainer.global_step,
+            "results": results,
+            "tiers": tiers,
+            "complete": complete,
+        }
         if trainer.sanity_checking:
             self.before = entry
         else:
             self.history.append(entry)
-        when = "before training" if trainer.sanity_checking else (f"after {step} training steps" if fitting else f"global step {step}")
+        when = (
+            "before training"
+            if trainer.sanity_checking
+            else (f"after {step} training steps" if fitting else f"global step {step}")
+        )
         if self.print_table and trainer.is_global_zero:
             if results["groups"]:
                 print("\n" + text_table(results, self.titles, title=f"Evaluation ({when})"), flush=True)
@@ -231,7 +245,17 @@ class Evaluation(Callback):
         if self.output_dir is not None:
             folder = Path(self.output_dir) / f"step_{step}"
             if trainer.is_global_zero:
-                write_report(folder, results, self.titles, {"step": step, "global_step": trainer.global_step, "before_training": trainer.sanity_checking, "tiers": tiers})
+                write_report(
+                    folder,
+                    results,
+                    self.titles,
+                    {
+                        "step": step,
+                        "global_step": trainer.global_step,
+                        "before_training": trainer.sanity_checking,
+                        "tiers": tiers,
+                    },
+                )
             write_jsonl(folder / f"responses.rank{trainer.global_rank}.jsonl", self._records)
 
     def on_fit_end(self, trainer, pl_module) -> None:
@@ -273,6 +297,13 @@ class Evaluation(Callback):
         self.history = list(state_dict.get("history", []))
 
 
+def _num_batches(loaders: Any) -> int:
+    """Batches in a validation run's loader(s) (what a complete run goes through)."""
+    return sum(
+        len(loader) for loader in (loaders if isinstance(loaders, (list, tuple)) else [loaders]) if loader is not None
+    )
+
+
 def _steps_done(trainer) -> int:
     """Training steps (rollout batches) completed; validation inside the training loop runs
     before Lightning counts the batch that just trained."""
@@ -284,4 +315,3 @@ def _steps_done(trainer) -> int:
 def _logged(metrics: dict[str, float]) -> dict[str, float]:
     """The metrics that go to the logger (the table's columns; status shares stay in reports)."""
     return {k: metrics[k] for k in table_columns(metrics)}
-

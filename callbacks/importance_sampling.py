@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lite_ppo.callbacks.rollout import Rollout
-from lite_ppo.hooks import Technique
 from lite_ppo.ops.drift import truncated_importance_weights
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.technique import Technique
 
 
 class TruncatedImportanceSampling(Technique):
@@ -19,8 +21,8 @@ class TruncatedImportanceSampling(Technique):
     ``r_t = exp(old_logprobs - engine_logprobs)``, truncated at ``cap`` to bound the variance,
     corrects for that (Yao et al. 2025, "Your efficient RL framework secretly brings you
     off-policy RL training"; :mod:`lite_ppo.ops.drift`). The weights are constants (no gradient),
-    computed once per training step in ``on_old_logprobs`` and multiplied into
-    ``batch.token_weights`` (so they compose with any other technique's weights). Where the two
+    computed once per training step in ``token_weights`` (the module multiplies them with any other
+    technique's weights). Where the two
     log-probs agree the weight is exactly 1 and the loss is the uncorrected one.
 
     Logged (over this step's response tokens, all ranks): ``tis/weight_mean`` (mean weight after
@@ -45,6 +47,7 @@ class TruncatedImportanceSampling(Technique):
             raise ValueError(f"TruncatedImportanceSampling.cap must be >= 1, got {cap}")
         self.cap = float(cap)
 
+    @override
     def on_fit_start(self, trainer, pl_module) -> None:
         # Fail before the first (possibly long) generation when the engine cannot report log-probs.
         for rollout in (cb for cb in trainer.callbacks if isinstance(cb, Rollout)):
@@ -52,22 +55,17 @@ class TruncatedImportanceSampling(Technique):
             if getattr(engine, "return_logprobs", None) is False or engine.shares_policy_weights:
                 raise ValueError(_no_logprobs_message(type(engine).__name__))
 
-    def on_old_logprobs(self, trainer, module, batch: RolloutBatch) -> None:
+    @override
+    def token_weights(self, trainer, module, batch: RolloutBatch, metrics: StepMetrics) -> torch.Tensor:
         if batch.engine_logprobs is None:
             raise RuntimeError(_no_logprobs_message("the rollout engine"))
-        weights, capped = truncated_importance_weights(batch.old_logprobs, batch.engine_logprobs, batch.response_mask, self.cap)
-        batch.token_weights = weights if batch.token_weights is None else batch.token_weights * weights
-        mask = batch.response_mask.double()
-        sums = torch.stack([(weights.double() * mask).sum(), capped.double().sum(), mask.sum()])
-        if trainer.world_size > 1:
-            sums = trainer.strategy.reduce(sums.to(module.device), reduce_op="sum").cpu()
-        tokens = sums[2].clamp(min=1)
-        module.log_dict(
-            {"tis/weight_mean": (sums[0] / tokens).float(), "tis/capped_share": (sums[1] / tokens).float()},
-            on_step=True,
-            on_epoch=False,
-            batch_size=max(batch.num_responses, 1),
+        weights, capped = truncated_importance_weights(
+            batch.old_logprobs, batch.engine_logprobs, batch.response_mask, self.cap
         )
+        mask = batch.response_mask.double()
+        metrics.mean("tis/weight_mean", (weights.double() * mask).sum(), mask.sum())
+        metrics.mean("tis/capped_share", capped.double().sum(), mask.sum())
+        return weights
 
 
 def _no_logprobs_message(engine: str) -> str:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from typing_extensions import override
 
-from lite_ppo.hooks import MiniBatchContext, Technique
 from lite_ppo.ops.kl import KL_ESTIMATORS, kl_estimate
-from lite_ppo.ops.logprobs import logprobs_from_logits
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.technique import MiniBatchContext, Technique
 
 
 class KLPenalty(Technique):
@@ -57,51 +57,42 @@ class KLPenalty(Technique):
         self.reference_path = reference_path
         self.clamp = clamp
         self.reference: torch.nn.Module | None = None
-        self._sums = torch.zeros(2, dtype=torch.float64)  # sum of KL over loss tokens, loss tokens
 
     # -- reference model -----------------------------------------------------------------------------
+    @override
     def on_fit_start(self, trainer, pl_module) -> None:
         if self.coef > 0 and self.reference is None:
             self.reference = load_reference(self.reference_path or pl_module.model_path, pl_module)
 
+    @override
     def on_fit_end(self, trainer, pl_module) -> None:
         self.reference = None  # free the memory
 
     @torch.no_grad()
     def reference_logprobs(self, module, batch: RolloutBatch) -> torch.Tensor:
-        """log pi_ref of the response tokens of ``batch``: [b, R] (zero on padding)."""
+        """log pi_ref of the response tokens of ``batch``: [b, R] (zero on padding), scored exactly
+        as the module scores the policy (same positions, temperature, packing)."""
         if self.reference is None:
             raise RuntimeError("KLPenalty has no reference model: it is loaded at fit start when coef > 0")
-        logits = module.forward_logits(batch, model=self.reference)
-        return logprobs_from_logits(logits, batch.response_ids) * batch.response_mask
+        return module.score_responses(batch, model=self.reference, with_entropy=False)[0]
 
     # -- hooks ---------------------------------------------------------------------------------------
+    @override
     def extra_loss_terms(self, trainer, module, ctx: MiniBatchContext) -> dict[str, torch.Tensor]:
         if self.coef == 0:
             return {}
         kl = kl_estimate(ctx.logprobs, self.reference_logprobs(module, ctx.batch), self.estimator, self.clamp)
         mask = ctx.batch.loss_mask
-        self._sums += torch.tensor([(kl.detach() * mask).sum().item(), mask.sum().item()], dtype=torch.float64)
+        ctx.metrics.mean("kl/ref_kl", (kl.detach() * mask).sum(), mask.sum())
         return {"kl": self.coef * kl}
-
-    def on_update_end(self, trainer, module, batch: RolloutBatch, stats) -> None:
-        if self.coef == 0:
-            return
-        sums = self._sums.clone()
-        self._sums.zero_()
-        if trainer.world_size > 1:
-            sums = trainer.strategy.reduce(sums.to(module.device), reduce_op="sum").cpu()
-        module.log("kl/ref_kl", torch.tensor(float(sums[0] / sums[1].clamp(min=1))), on_step=True, on_epoch=False, batch_size=max(batch.num_responses, 1))
 
 
 def load_reference(path: str, module) -> torch.nn.Module:
     """A frozen, eval-mode copy of the model at ``path`` in the policy's dtype, on the policy's device."""
-    from transformers import AutoModelForCausalLM
+    from lite_ppo.models import load_causal_lm
 
-    from lite_ppo.models import resolve_model
-
-    dtype = getattr(torch, module.hparams.torch_dtype) if hasattr(module, "hparams") and "torch_dtype" in module.hparams else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(path), dtype=dtype)
+    hparams = getattr(module, "hparams", {})
+    model = load_causal_lm(path, hparams.get("torch_dtype", torch.float32))
     model.config.use_cache = False
     model.requires_grad_(False)
     return model.eval().to(module.device)

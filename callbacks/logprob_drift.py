@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import torch
 from lightning.pytorch.utilities import rank_zero_warn
+from typing_extensions import override
 
-from lite_ppo.hooks import Technique
-from lite_ppo.ops.drift import drift_statistics, drift_sums
+from lite_ppo.ops.drift import drift_sums
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.technique import Technique
 
 
 class LogprobDrift(Technique):
@@ -41,22 +42,17 @@ class LogprobDrift(Technique):
     def __init__(self) -> None:
         self._warned = False
 
-    def on_old_logprobs(self, trainer, module, batch: RolloutBatch) -> None:
+    @override
+    def observe_old_logprobs(self, trainer, module, batch: RolloutBatch, metrics: StepMetrics) -> None:
         if batch.engine_logprobs is None:
             if not self._warned:
-                rank_zero_warn("LogprobDrift: the rollout engine reports no log-probs (e.g. HFEngine); nothing to compare")
+                rank_zero_warn(
+                    "LogprobDrift: the rollout engine reports no log-probs (e.g. HFEngine); nothing to compare"
+                )
                 self._warned = True
             return
         sums = drift_sums(batch.old_logprobs, batch.engine_logprobs, batch.response_mask)
-        if trainer.world_size > 1:
-            additive = torch.stack([sums[k] for k in ("tokens", "abs_diff", "diff", "k3")]).to(module.device)
-            additive = trainer.strategy.reduce(additive, reduce_op="sum")
-            sums.update(zip(("tokens", "abs_diff", "diff", "k3"), additive.cpu()))
-            sums["max_abs_diff"] = module.all_gather(sums["max_abs_diff"].to(module.device)).max().cpu()
-        stats = drift_statistics(sums)
-        module.log_dict(
-            {f"drift/{name}": value.float() for name, value in stats.items()},
-            on_step=True,
-            on_epoch=False,
-            batch_size=max(batch.num_responses, 1),
-        )
+        # drift_statistics' definitions as token-weighted means, reduced with the step's other scalars.
+        for name, total in (("mean_abs_diff", "abs_diff"), ("mean_diff", "diff"), ("kl_k3", "k3")):
+            metrics.mean(f"drift/{name}", sums[total], sums["tokens"])
+        metrics.max("drift/max_abs_diff", sums["max_abs_diff"])

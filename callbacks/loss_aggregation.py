@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from lite_ppo.hooks import PolicyLossConfig, Technique
+from typing_extensions import override
+
+from lite_ppo.technique import PolicyLossConfig, Technique
 
 
 class LossAggregation(Technique):
@@ -27,5 +29,6 @@ class LossAggregation(Technique):
     def __init__(self, mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean") -> None:
         self.mode = mode
 
+    @override
     def configure_loss(self, config: PolicyLossConfig) -> dict[str, Any]:
         return {"aggregation": self.mode}

@@ -5,10 +5,18 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from typing_extensions import override
 
-from lite_ppo.hooks import Technique
-from lite_ppo.ops.advantages import SCOPES, bound_excluded_advantages, excluded_bound_scope, normalized_advantages, weighted_mean_std
+from lite_ppo.ops.advantages import (
+    SCOPES,
+    bound_excluded_advantages,
+    excluded_bound_scope,
+    normalized_advantages,
+    weighted_mean_std,
+)
+from lite_ppo.ranks import Ranks
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.technique import Technique
 
 WEIGHTINGS = ("sample", "token")
 
@@ -78,29 +86,42 @@ class AdvantageNormalization(Technique):
             weights = weights * batch.response_lengths.to(weights.dtype)
         return weights
 
+    @override
     def compute_advantages(self, trainer, module, batch: RolloutBatch) -> torch.Tensor:
         weights = self.statistics_weights(batch)
         uses_batch = "batch" in (self.mean_scope, self.std_scope)
-        batch_stats = _global_weighted_mean_std(module, batch.rewards.double(), weights) if uses_batch else None
+        ranks = Ranks(trainer)
+        batch_stats = _global_weighted_mean_std(ranks, batch.rewards.double(), weights) if uses_batch else None
         advantages = normalized_advantages(
-            batch.rewards, batch.group_ids, self.mean_scope, self.std_scope, self.eps, batch_stats=batch_stats, weights=weights, bound_excluded=False
+            batch.rewards,
+            batch.group_ids,
+            self.mean_scope,
+            self.std_scope,
+            self.eps,
+            batch_stats=batch_stats,
+            weights=weights,
+            bound_excluded=False,
         )
-        # Under a std, an excluded response's |A| never exceeds the included ones' largest (ops.advantages explains why).
+        # Under a std, an excluded response's |A| never exceeds the included ones' largest
+        # (ops.advantages explains why).
         included = weights > 0
         scope = excluded_bound_scope(self.std_scope)
         if scope is None:
             return advantages
         if scope == "group":
             return bound_excluded_advantages(advantages, included, batch.group_ids)
-        local = torch.where(included, advantages.abs(), torch.zeros_like(advantages)).max() if advantages.numel() else advantages.new_zeros(())
-        bound = module.all_gather(local).max() if module.trainer.world_size > 1 else local
+        local = (
+            torch.where(included, advantages.abs(), torch.zeros_like(advantages)).max()
+            if advantages.numel()
+            else advantages.new_zeros(())
+        )
+        bound = ranks.max(local)
         return bound_excluded_advantages(advantages, included, batch_bound=bound)
 
 
-def _global_weighted_mean_std(module, rewards: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _global_weighted_mean_std(
+    ranks: Ranks, rewards: torch.Tensor, weights: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Weighted mean and std over every rank (one all-gather of [2, B] floats)."""
-    stacked = torch.stack([rewards, weights])
-    if module.trainer.world_size > 1:
-        stacked = module.all_gather(stacked)  # [world, 2, B]
-        stacked = stacked.transpose(0, 1).reshape(2, -1)
-    return weighted_mean_std(stacked[0], stacked[1])
+    stacked = ranks.cat(torch.stack([rewards, weights]).T)  # [world * B, 2]
+    return weighted_mean_std(stacked[:, 0], stacked[:, 1])

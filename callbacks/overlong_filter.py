@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
-from lite_ppo.hooks import Technique
 from lite_ppo.ops.overlong import mask_rows
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.technique import Technique
 
 
 class OverlongFilter(Technique):
     """Zeroes the ``loss_mask`` rows of truncated responses (those that hit the generation limit
-    without EOS), in ``on_advantages``, i.e. *after* the advantages are computed.
+    without EOS), through the ``loss_mask`` hook, i.e. *after* the advantages are computed.
 
     Masking after the advantages matters: whatever reward and advantage a truncated response got,
     none of it reaches the loss, and the other responses' advantages are those of the estimator.
@@ -22,7 +24,7 @@ class OverlongFilter(Technique):
     the default keeps them (a truncated response then still pulls its group's mean down).
 
     Logs ``overlong_filter/masked_response_share`` and ``overlong_filter/masked_token_share``
-    (shares of this rank's responses / response tokens removed from the loss).
+    (shares of the step's responses / response tokens removed from the loss, all ranks).
 
     Example::
 
@@ -33,17 +35,12 @@ class OverlongFilter(Technique):
             - class_path: lite_ppo.callbacks.OverlongFilter
     """
 
-    def on_advantages(self, trainer, module, batch: RolloutBatch) -> None:
+    @override
+    def loss_mask(self, trainer, module, batch: RolloutBatch, metrics: StepMetrics) -> torch.Tensor:
         truncated = batch.truncated.bool()
-        before = batch.loss_mask.sum()
-        batch.loss_mask = mask_rows(batch.loss_mask, truncated)
-        n_tokens = batch.response_mask.sum().clamp(min=1)
-        module.log_dict(
-            {
-                "overlong_filter/masked_response_share": truncated.float().mean() if truncated.numel() else torch.zeros(()),
-                "overlong_filter/masked_token_share": (before - batch.loss_mask.sum()).float() / n_tokens,
-            },
-            on_step=True,
-            on_epoch=False,
-            batch_size=max(batch.num_responses, 1),
+        keep = mask_rows(torch.ones_like(batch.loss_mask), truncated)
+        metrics.mean("overlong_filter/masked_response_share", truncated.sum(), truncated.numel())
+        metrics.mean(
+            "overlong_filter/masked_token_share", (batch.loss_mask * (1 - keep)).sum(), batch.response_mask.sum()
         )
+        return keep

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
-from lite_ppo.hooks import Technique
 from lite_ppo.ops.overlong import overlong_penalty
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.technique import Technique
 
 
 class OverlongRewardShaping(Technique):
-    """Adds ``factor * R_len(L)`` to every response's reward in ``on_rollout``:
+    """Adds ``factor * R_len(L)`` to every response's reward (the ``shape_rewards`` hook):
 
         R_len(L) = 0 for L <= L_max - L_buf,  (L_max - L_buf - L) / L_buf inside the buffer,  -1 for L > L_max
 
@@ -27,7 +29,7 @@ class OverlongRewardShaping(Technique):
         factor: penalty scale (DAPO: 1.0).
 
     Logs ``overlong_shaping/penalty_mean`` and ``overlong_shaping/penalized_share`` over every
-    response generated for the step (all refill rounds of dynamic sampling included).
+    response generated for the step (all refill rounds of dynamic sampling included, all ranks).
 
     Example (DAPO)::
 
@@ -37,7 +39,13 @@ class OverlongRewardShaping(Technique):
               init_args: {buffer_length: 4096, factor: 1.0}
     """
 
-    def __init__(self, max_length: int | None = None, buffer_length: int | None = None, buffer_fraction: float = 0.2, factor: float = 1.0) -> None:
+    def __init__(
+        self,
+        max_length: int | None = None,
+        buffer_length: int | None = None,
+        buffer_fraction: float = 0.2,
+        factor: float = 1.0,
+    ) -> None:
         if max_length is not None and max_length < 1:
             raise ValueError(f"OverlongRewardShaping.max_length must be >= 1, got {max_length}")
         if buffer_length is not None and buffer_length < 1:
@@ -50,37 +58,38 @@ class OverlongRewardShaping(Technique):
         self.buffer_length = buffer_length
         self.buffer_fraction = buffer_fraction
         self.factor = factor
-        self._sums = torch.zeros(3, dtype=torch.float64)  # penalty sum, penalized count, responses
 
     def resolve(self, trainer) -> tuple[int, int]:
         """(L_max, L_buf), reading the rollout's ``max_new_tokens`` when ``max_length`` is None."""
         max_length = self.max_length
         if max_length is None:
-            sampling = next((cb.sampling for cb in (trainer.callbacks if trainer is not None else []) if hasattr(cb, "sampling")), None)
+            sampling = next(
+                (cb.sampling for cb in (trainer.callbacks if trainer is not None else []) if hasattr(cb, "sampling")),
+                None,
+            )
             if sampling is None:
-                raise ValueError("OverlongRewardShaping.max_length is null and no rollout callback with `sampling` was found; set max_length")
+                raise ValueError(
+                    "OverlongRewardShaping.max_length is null and no rollout "
+                    "callback with `sampling` was found; set max_length"
+                )
             max_length = sampling.max_new_tokens
-        buffer_length = self.buffer_length if self.buffer_length is not None else max(1, round(self.buffer_fraction * max_length))
+        buffer_length = (
+            self.buffer_length if self.buffer_length is not None else max(1, round(self.buffer_fraction * max_length))
+        )
         if buffer_length > max_length:
             raise ValueError(f"OverlongRewardShaping.buffer_length={buffer_length} exceeds the max length {max_length}")
         return max_length, buffer_length
 
+    @override
     def on_fit_start(self, trainer, pl_module) -> None:
         self.resolve(trainer)  # fail at start, with the message, on an inconsistent configuration
 
-    def on_rollout(self, trainer, module, batch: RolloutBatch) -> None:
+    @override
+    def shape_rewards(self, trainer, module, batch: RolloutBatch, metrics: StepMetrics) -> torch.Tensor:
         max_length, buffer_length = self.resolve(trainer)
-        penalty = overlong_penalty(batch.response_lengths, max_length, buffer_length, self.factor).to(batch.rewards.device)
-        batch.rewards = batch.rewards + penalty.to(batch.rewards.dtype)
-        self._sums += torch.tensor([penalty.sum().item(), (penalty < 0).sum().item(), penalty.numel()], dtype=torch.float64)
-
-    def on_update_end(self, trainer, module, batch: RolloutBatch, stats) -> None:
-        penalty_sum, penalized, count = self._sums.tolist()
-        self._sums.zero_()
-        n = max(count, 1.0)
-        module.log_dict(
-            {"overlong_shaping/penalty_mean": torch.tensor(penalty_sum / n), "overlong_shaping/penalized_share": torch.tensor(penalized / n)},
-            on_step=True,
-            on_epoch=False,
-            batch_size=max(batch.num_responses, 1),
+        penalty = overlong_penalty(batch.response_lengths, max_length, buffer_length, self.factor).to(
+            batch.rewards.device
         )
+        metrics.mean("overlong_shaping/penalty_mean", penalty.sum(), penalty.numel())
+        metrics.mean("overlong_shaping/penalized_share", (penalty < 0).sum(), penalty.numel())
+        return penalty.to(batch.rewards.dtype)

@@ -52,3 +52,52 @@ def read_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
         for tag in acc.Tags()["scalars"]:
             out.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
     return out
+
+
+def tiny_fit_args(tmp: Path, *extra: str, recipe: str = "lite_ppo") -> list[str]:
+    """argv of a quick ``lite-ppo fit``: ``configs/recipes/<recipe>.yaml`` on the tiny model
+    (``configs/models/tiny.yaml``), checkpoints under ``tmp`` and TensorBoard under ``tmp/tb/run``."""
+    return [
+        "fit",
+        "--config", str(REPO / "configs" / "recipes" / f"{recipe}.yaml"),
+        "--config", str(REPO / "configs" / "models" / "tiny.yaml"),
+        "--trainer.default_root_dir", str(tmp),
+        "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
+        "--trainer.logger.init_args.version", "run",
+        *extra,
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def single_results(tmp_path_factory, tiny_model_path) -> Path:
+    """The 1-process reference run of tests/test_distributed.py on the global batch, for every
+    aggregation mode; computed once per session and compared with by the DDP and ZeRO-3 runs."""
+    from test_distributed import launch
+
+    out = tmp_path_factory.getbasetemp() / "single_reference"
+    if not (out / "done").exists():
+        launch("single", out, tiny_model_path)
+        (out / "done").write_text("ok")
+    return out
+
+
+def fit_one_batch(module, rollout, callbacks: list, logger=False) -> None:
+    """``Trainer.fit`` of ``module`` on one rollout batch (one training step), CPU, one process,
+    nothing else (no checkpoints, progress bar, summary or sanity check)."""
+    from lightning.pytorch import Trainer
+    from torch.utils.data import DataLoader
+
+    trainer = Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        limit_train_batches=1,
+        logger=logger,
+        callbacks=callbacks,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(module, train_dataloaders=DataLoader([{"rollout": rollout}], batch_size=None))

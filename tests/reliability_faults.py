@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from lightning.pytorch import Callback
 
-from lite_ppo.hooks import Technique
+from lite_ppo.technique import Technique
 
 
 class SignedAdvantages(Technique):
@@ -99,11 +99,16 @@ def fit_with_faults(tmp: Path, ckpt_dir: Path, callbacks: list[dict], *extra: st
     listed = [
         {"class_path": "reliability_faults.SignedAdvantages"},
         {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "token-mean"}},
-        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": str(ckpt_dir), "save_last": True, "every_n_train_steps": 2, "save_top_k": -1}},
+        {
+            "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+            "init_args": {"dirpath": str(ckpt_dir), "save_last": True, "every_n_train_steps": 2, "save_top_k": -1},
+        },
         *callbacks,
     ]
     config = tmp / "faults.yaml"
-    config.write_text(yaml.safe_dump({"trainer": {"callbacks": listed, "enable_progress_bar": False, "enable_model_summary": False}}))
+    config.write_text(
+        yaml.safe_dump({"trainer": {"callbacks": listed, "enable_progress_bar": False, "enable_model_summary": False}})
+    )
     main(
         [
             "fit",

@@ -29,10 +29,16 @@ HEALTHY = {
     m.RESPONSE_LENGTH: 200.0,
 }
 LITE_PPO_CALLBACKS = [
-    {"class_path": "lite_ppo.callbacks.AdvantageNormalization", "init_args": {"mean_scope": "group", "std_scope": "batch"}},
+    {
+        "class_path": "lite_ppo.callbacks.AdvantageNormalization",
+        "init_args": {"mean_scope": "group", "std_scope": "batch"},
+    },
     {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "token-mean"}},
 ]
-SEQ_LEVEL = [LITE_PPO_CALLBACKS[0], {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "seq-mean-token-mean"}}]
+SEQ_LEVEL = [
+    LITE_PPO_CALLBACKS[0],
+    {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "seq-mean-token-mean"}},
+]
 
 
 def ramp(early: float, late: float) -> list[float]:
@@ -40,7 +46,9 @@ def ramp(early: float, late: float) -> list[float]:
     return [early, early] + [early + (late - early) * k / 5 for k in range(1, 5)] + [late, late]
 
 
-def make_run(root: Path, name: str, scalars: dict | None = None, *, model: str = "builtin:tiny", callbacks=None, weights=None) -> Path:
+def make_run(
+    root: Path, name: str, scalars: dict | None = None, *, model: str = "builtin:tiny", callbacks=None, weights=None
+) -> Path:
     from torch.utils.tensorboard import SummaryWriter
 
     values = {**HEALTHY, **(scalars or {})}
@@ -139,10 +147,16 @@ def test_sequence_level_for_aligned_model(tmp_path, capsys):
 
 
 def test_findings_ranked_and_complete(tmp_path, capsys):
-    run = make_run(tmp_path, "many", {m.REWARD_STD: 0.2, m.CLIP_UPPER_POSITIVE: 0.001}, model="builtin:smollm2-135m-instruct")
+    run = make_run(
+        tmp_path, "many", {m.REWARD_STD: 0.2, m.CLIP_UPPER_POSITIVE: 0.001}, model="builtin:smollm2-135m-instruct"
+    )
     assert advise_main([str(run), "--json"]) == 0
     findings = json.loads(capsys.readouterr().out)["findings"]
-    assert [f["rule"] for f in findings] == ["low_reward_signal", "sequence_level_for_aligned", "clip_higher_cannot_matter"]
+    assert [f["rule"] for f in findings] == [
+        "low_reward_signal",
+        "sequence_level_for_aligned",
+        "clip_higher_cannot_matter",
+    ]
     for f in findings:
         assert f["measured"] and f["threshold"] and f["reasoning"] and f["yaml"]
         assert "2508.08221" in f["reasoning"]
@@ -152,7 +166,13 @@ def test_findings_ranked_and_complete(tmp_path, capsys):
 
 def test_threshold_constants_match_docstring():
     # The docstring justifies each threshold by value; keep them in step.
-    for name in ("CLIP_UPPER_NEGLIGIBLE", "CLIP_UPPER_ACTIVE", "REWARD_STD_LOW", "REWARD_STD_COLLAPSED", "MIXED_GROUPS_MIN"):
+    for name in (
+        "CLIP_UPPER_NEGLIGIBLE",
+        "CLIP_UPPER_ACTIVE",
+        "REWARD_STD_LOW",
+        "REWARD_STD_COLLAPSED",
+        "MIXED_GROUPS_MIN",
+    ):
         assert f"{name} = {getattr(r, name)}" in r.__doc__
 
 
@@ -174,7 +194,11 @@ def test_callback_writes_findings_to_tensorboard(tmp_path):
     trainer = FakeTrainer()
     advisor = TechniqueAdvisor(every_n_steps=2, print_findings=False)
     for step in range(5):
-        trainer.callback_metrics = {m.REWARD_STD: torch.tensor(0.01), m.REWARD_ACCURACY: torch.tensor(0.0), m.CLIP_UPPER_POSITIVE: torch.tensor(0.02)}
+        trainer.callback_metrics = {
+            m.REWARD_STD: torch.tensor(0.01),
+            m.REWARD_ACCURACY: torch.tensor(0.0),
+            m.CLIP_UPPER_POSITIVE: torch.tensor(0.02),
+        }
         advisor.on_train_batch_end(trainer, None, None, None, step)
     advisor.on_train_end(trainer, None)
     assert [f.rule for f in advisor.last_findings] == ["reward_std_collapsed"]
@@ -188,7 +212,10 @@ def test_callback_writes_findings_to_tensorboard(tmp_path):
 
 def test_clip_rules_respect_an_active_clip_higher(tmp_path, capsys):
     def clip_higher(eps_high: float) -> list[dict]:
-        return [*LITE_PPO_CALLBACKS, {"class_path": "lite_ppo.callbacks.ClipHigher", "init_args": {"eps_low": 0.2, "eps_high": eps_high}}]
+        return [
+            *LITE_PPO_CALLBACKS,
+            {"class_path": "lite_ppo.callbacks.ClipHigher", "init_args": {"eps_low": 0.2, "eps_high": eps_high}},
+        ]
 
     # A near-zero rate measured at a raised bound says nothing about the symmetric one: silent.
     raised = make_run(tmp_path, "raised", {m.CLIP_UPPER_POSITIVE: 0.001}, callbacks=clip_higher(0.28))

@@ -18,15 +18,30 @@ from lite_ppo.cli import main
 
 RECIPE = str(REPO / "configs/recipes/lite_ppo.yaml")
 TINY = str(REPO / "configs/models/tiny.yaml")
-EVERY_COMMAND = ["fit", "validate", "test", "evaluate", "prepare-model", "export-hf", "data", "compare", "sweep", "advise"]
+EVERY_COMMAND = [
+    "fit",
+    "validate",
+    "test",
+    "evaluate",
+    "prepare-model",
+    "export-hf",
+    "data",
+    "compare",
+    "sweep",
+    "advise",
+]
 
 
 def _recipe_args(tmp: Path, *extra: str) -> list[str]:
     return [
-        "--config", RECIPE,
-        "--config", TINY,
-        "--trainer.default_root_dir", str(tmp),
-        "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
+        "--config",
+        RECIPE,
+        "--config",
+        TINY,
+        "--trainer.default_root_dir",
+        str(tmp),
+        "--trainer.logger.init_args.save_dir",
+        str(tmp / "tb"),
         *extra,
     ]
 
@@ -34,7 +49,14 @@ def _recipe_args(tmp: Path, *extra: str) -> list[str]:
 def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``lite-ppo ARGV`` in a fresh interpreter (the exit status and stderr of the real process)."""
     code = "import sys; from lite_ppo.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=REPO, env={**os.environ, **(env or {})}, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        timeout=600,
+    )
 
 
 def _user_error(capsys, argv: list[str]) -> str:
@@ -104,7 +126,11 @@ def test_unknown_command_names_the_commands(capsys) -> None:
         (["--lr_scheduler=torch.optim.lr_scheduler.StepLR"], "--lr_scheduler", "model.lr_schedule"),
         (["--data.prompts_per_step", "0"], "data.prompts_per_step", ">= 1"),
         (["--rollout.sampling.top_p", "2"], "SamplingConfig.top_p", "(0, 1]"),
-        (["--trainer.callbacks+=lite_ppo.callbacks.ClipHigher", "--trainer.callbacks.eps_low=1.5"], "ClipHigher.eps_low", "[0, 1)"),
+        (
+            ["--trainer.callbacks+=lite_ppo.callbacks.ClipHigher", "--trainer.callbacks.eps_low=1.5"],
+            "ClipHigher.eps_low",
+            "[0, 1)",
+        ),
     ],
 )
 def test_bad_option_is_one_line_exit_2(capsys, tmp_path, extra, named, allowed) -> None:
@@ -139,7 +165,10 @@ def test_bad_value_in_a_real_process_exits_2_without_traceback(tmp_path) -> None
     ("extra", "named"),
     [
         (["--model.model_path", "/nonexistent/model"], "/nonexistent/model"),
-        (["--data.sources", "{easy: /nonexistent/easy.jsonl}", "--data.weights", "{easy: 1.0}"], "data.sources['easy']"),
+        (
+            ["--data.sources", "{easy: /nonexistent/easy.jsonl}", "--data.weights", "{easy: 1.0}"],
+            "data.sources['easy']",
+        ),
     ],
 )
 def test_missing_path_is_one_line_exit_2(capsys, tmp_path, extra, named) -> None:
@@ -170,13 +199,20 @@ def test_fit_reports_the_held_out_tiers_of_the_recipe(fitted) -> None:
     assert "Held-out tiers" in out
     table = out[out.index("Held-out tiers") :].splitlines()  # title, header, dashes, one row per tier
     rows = {line.split()[0]: line.split() for line in table[3:6]}
-    assert {tier: row[1] for tier, row in rows.items()} == {"easy": "32", "medium": "32", "hard": "32"}  # problems: the recipe's val_size
+    assert {tier: row[1] for tier, row in rows.items()} == {
+        "easy": "32",
+        "medium": "32",
+        "hard": "32",
+    }  # problems: the recipe's val_size
     assert list(tmp.rglob("events.out.tfevents.*"))
 
 
 def _mini_benchmark(tmp: Path) -> Path:
     path = tmp / "mini.jsonl"
-    rows = [{"id": "m1", "problem": "What is 1 + 1?", "answer": "2", "source": "mini"}, {"id": "m2", "problem": "What is 2 + 3?", "answer": "5", "source": "mini"}]
+    rows = [
+        {"id": "m1", "problem": "What is 1 + 1?", "answer": "2", "source": "mini"},
+        {"id": "m2", "problem": "What is 2 + 3?", "answer": "5", "source": "mini"},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
 
@@ -216,11 +252,16 @@ def test_test_evaluates_the_benchmarks_of_a_checkpoint_and_writes_the_report(cap
     policy: the table on stdout and metrics.json / responses.jsonl with one response per problem."""
     _, ckpt, _ = fitted
     mini = _mini_benchmark(tmp_path)
-    main([
-        "test", *_recipe_args(tmp_path),
-        "--trainer.callbacks+=lite_ppo.callbacks.Evaluation", f"--trainer.callbacks.benchmarks=[{{name: mini, file: {mini}}}]",
-        "--ckpt_path", str(ckpt),
-    ])
+    main(
+        [
+            "test",
+            *_recipe_args(tmp_path),
+            "--trainer.callbacks+=lite_ppo.callbacks.Evaluation",
+            f"--trainer.callbacks.benchmarks=[{{name: mini, file: {mini}}}]",
+            "--ckpt_path",
+            str(ckpt),
+        ]
+    )
     out = capsys.readouterr().out
     assert "mini" in out and "wrote " in out
     metrics = next(tmp_path.rglob("test/metrics.json"))
@@ -229,3 +270,15 @@ def test_test_evaluates_the_benchmarks_of_a_checkpoint_and_writes_the_report(cap
     assert payload["benchmarks"]["mini"]["num_problems"] == 2
     responses = (metrics.parent / "responses.jsonl").read_text().splitlines()
     assert sorted(json.loads(r)["id"] for r in responses) == ["m1", "m2"]
+
+
+def test_output_into_a_closed_pipe_ends_quietly():
+    """`lite-ppo --help | head -0`: the reader is gone before the first write; no traceback."""
+    code = "import sys; from lite_ppo.commands import main; sys.exit(main())"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO
+    )
+    proc.stdout.close()  # before the child has written anything (it takes ~50 ms to start)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, read_scalars
+from conftest import read_scalars, tiny_fit_args
 from lite_ppo.cli import main
 
 pytestmark = pytest.mark.slow
@@ -36,17 +36,7 @@ REQUIRED = [
 
 
 def _fit(tmp: Path, *extra: str) -> None:
-    main(
-        [
-            "fit",
-            "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
-            "--config", str(REPO / "configs/models/tiny.yaml"),
-            "--trainer.default_root_dir", str(tmp),
-            "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
-            "--trainer.logger.init_args.version", "run",
-            *extra,
-        ]
-    )
+    main(tiny_fit_args(tmp, *extra))
 
 
 def test_fit_logs_every_scalar_and_resumes(tmp_path, tiny_model_path):

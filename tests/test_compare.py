@@ -31,7 +31,9 @@ def accuracy(step: int, steps: int, final: float) -> float:
     return final * step / (steps - 1)
 
 
-def write_run(root: Path, recipe: str, seed: int, steps: int, final: float, offset: float, *, clip: bool, lr: float = 1e-6) -> Path:
+def write_run(
+    root: Path, recipe: str, seed: int, steps: int, final: float, offset: float, *, clip: bool, lr: float = 1e-6
+) -> Path:
     from torch.utils.tensorboard import SummaryWriter
 
     run_dir = root / recipe / "tiny" / f"seed{seed}"
@@ -48,8 +50,17 @@ def write_run(root: Path, recipe: str, seed: int, steps: int, final: float, offs
         writer.add_scalar(m.val_accuracy("easy"), 0.2, 0)
         writer.add_scalar(m.val_accuracy("easy"), 0.3 + 0.1 * seed, steps - 1)
     writer.close()
-    (run_dir / "run.json").write_text(json.dumps({"recipe": recipe, "model": "builtin:tiny", "model_name": "tiny", "seed": seed, "status": "finished"}))
-    config = {"seed_everything": seed, "recipe": recipe, "model": {"model_path": "builtin:tiny", "lr": lr}, "data": {"seed": seed}}
+    (run_dir / "run.json").write_text(
+        json.dumps(
+            {"recipe": recipe, "model": "builtin:tiny", "model_name": "tiny", "seed": seed, "status": "finished"}
+        )
+    )
+    config = {
+        "seed_everything": seed,
+        "recipe": recipe,
+        "model": {"model_path": "builtin:tiny", "lr": lr},
+        "data": {"seed": seed},
+    }
     config["trainer"] = {"logger": {"init_args": {"version": f"seed{seed}"}}}
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     return run_dir
@@ -102,7 +113,9 @@ def test_summary_matches_hand_computed_statistics(runs, tmp_path):
     assert m.CLIP_UPPER_POSITIVE not in beta["quantities"]
     assert m.EVAL_AVERAGE_ACCURACY not in alpha["quantities"]
     held_out = alpha["quantities"][m.val_accuracy("easy")]
-    assert held_out["final"]["mean"] == pytest.approx(0.4, abs=1e-6) and held_out["final"]["std"] == pytest.approx(0.1, abs=1e-6)
+    assert held_out["final"]["mean"] == pytest.approx(0.4, abs=1e-6) and held_out["final"]["std"] == pytest.approx(
+        0.1, abs=1e-6
+    )
     assert m.val_accuracy("easy") not in beta["quantities"]
 
     # 50 % / 90 % of the final accuracy on a ramp t / (L - 1): L = 10 -> steps 5 and 9; L = 8 -> 4 and 7.

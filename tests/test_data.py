@@ -132,8 +132,11 @@ def test_malformed_lines_name_file_line_and_field(tmp_path: Path) -> None:
 def test_jsonl_fields_and_tier(tmp_path: Path) -> None:
     path = write_jsonl(
         tmp_path / "mine.jsonl",
-        [{"id": "1", "problem": "p", "answer": "4", "level": 2, "difficulty": "medium", "source": "S", "extra": [1]}, "  ",
-         {"id": "2", "problem": "q", "answer": "5"}],
+        [
+            {"id": "1", "problem": "p", "answer": "4", "level": 2, "difficulty": "medium", "source": "S", "extra": [1]},
+            "  ",
+            {"id": "2", "problem": "q", "answer": "5"},
+        ],
     )
     first, second = load_jsonl_problems(path)
     assert (first.tier, first.level, first.source) == ("medium", 2, "S")
@@ -194,7 +197,10 @@ def test_curriculum_switches_at_its_step() -> None:
         ({"weights": {"easy": -0.5, "hard": 1.0}}, "weights: weight of tier 'easy' is negative"),
         ({"weights": {"easy": 0.0}}, "weights: all tier weights are zero"),
         ({"schedule": [{"step": 3, "weights": {"easy": 0}}]}, r"schedule\[0\].weights: all tier weights are zero"),
-        ({"schedule": [{"step": 1, "weights": {"easy": 1}}, {"step": 1, "weights": {"hard": 1}}]}, "two entries have step 1"),
+        (
+            {"schedule": [{"step": 1, "weights": {"easy": 1}}, {"step": 1, "weights": {"hard": 1}}]},
+            "two entries have step 1",
+        ),
         ({"schedule": [{"at": 1, "weights": {"easy": 1}}]}, r"schedule\[0\]: expected"),
         ({"sources": {"easy": "synthetic:expert"}}, "unknown synthetic tier 'expert'"),
         ({"prompts_per_step": 0}, "prompts_per_step must be >= 1"),
@@ -303,6 +309,30 @@ def test_file_held_out_is_disjoint_and_served_by_val_loader(tmp_path: Path) -> N
     assert MathDataModule(prompts_per_step=8).val_dataloader() == []
 
 
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_val_loader_serves_held_out_tiers_then_configured_sets_across_ranks(world: int) -> None:
+    """``configure_validation``: the data module's own loader serves the held-out batches, then the
+    named sets in global batches sliced across ranks; every rank runs the same number of batches,
+    and together they cover every problem once (padding copies flagged invalid)."""
+    sets = [("s1", [Problem(f"a{i}", "q", "1", "s1") for i in range(5)]), ("s2", [Problem("b0", "q", "1", "s2")])]
+    per_rank = []
+    for rank in range(world):
+        dm = MathDataModule(prompts_per_step=6, val_size=2, val_batch_size=4, seed=3)
+        dm.trainer = SimpleNamespace(global_rank=rank, world_size=world)
+        dm.configure_validation(sets, batch_size=3)
+        per_rank.append(list(dm.val_dataloader()))
+    assert len({len(items) for items in per_rank}) == 1  # ranks stay in step
+    # 3 tiers x 2 held out = 6 problems in batches of 4, then s1 in batches of 3 (3 + 2) and s2 (1).
+    assert [item.get("benchmark") for item in per_rank[0]] == [None, None, "s1", "s1", "s2"]
+    held = [p for items in per_rank for item in items if "benchmark" not in item for p in item["problems"]]
+    assert sorted(p.id for p in held) == sorted(p.id for p in dm.held_out())
+    set_items = [item for items in per_rank for item in items if "benchmark" in item]
+    counted = [p.id for item in set_items for p, ok in zip(item["problems"], item["valid"]) if ok]
+    assert sorted(counted) == sorted(p.id for _, problems in sets for p in problems)
+    dm.configure_validation(sets, batch_size=3, held_out=False)
+    assert [item["benchmark"] for item in dm.val_dataloader()] == ["s1", "s1", "s2"]
+
+
 # ---------------------------------------------------------------- Lightning resume, end to end
 def _make_module(seen: list[int]):
     import lightning.pytorch as pl
@@ -327,8 +357,14 @@ def _trainer(max_steps: int):
     import lightning.pytorch as pl
 
     return pl.Trainer(
-        max_steps=max_steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
     )
 
 
@@ -394,10 +430,18 @@ def test_validation_batches_do_not_advance_training_stream() -> None:
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    dm = MathDataModule(sources={"easy": "synthetic:easy"}, prompts_per_step=2, steps_per_epoch=3, val_size=3, val_batch_size=2)
+    dm = MathDataModule(
+        sources={"easy": "synthetic:easy"}, prompts_per_step=2, steps_per_epoch=3, val_size=3, val_batch_size=2
+    )
     trainer = pl.Trainer(
-        max_steps=4, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=1,
+        max_steps=4,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=1,
     )
     trainer.fit(Module(), datamodule=dm)
     assert train_seen == [0, 1, 2, 3]
@@ -420,7 +464,11 @@ def test_yaml_config_through_jsonargparse() -> None:
     assert dm.weights_at(9) == {"easy": 1.0, "hard": 0.0} and dm.weights_at(10) == {"easy": 0.0, "hard": 1.0}
 
 
-@pytest.mark.parametrize("name", ["problem", "jsonl", "synthetic", "mixture", "pools", "loader", "datamodule", "prompts", "registry", "hub"])
+@pytest.mark.parametrize(
+    "name",
+    ["problem", "jsonl", "synthetic", "mixture", "pools", "loader", "validation", "datamodule", "prompts", "registry"]
+    + ["hub"],
+)
 def test_docstring_examples(name: str) -> None:
     import doctest
     import importlib
@@ -461,7 +509,9 @@ def test_prompt_formatter_chat_template() -> None:
     formatter = PromptFormatter()  # auto
     assert formatter.resolved_style(tokenizer) == "chat"
     text = formatter.format("What is 2 + 3?", tokenizer)
-    assert text == "<s>user: What is 2 + 3?\nPlease reason step by step, and put your final answer within \\boxed{}.\nassistant:"
+    assert text == (
+        "<s>user: What is 2 + 3?\nPlease reason step by step, and put your final answer within \\boxed{}.\nassistant:"
+    )
     ids = formatter.encode(["What is 2 + 3?"], tokenizer)[0]
     bos = tokenizer.convert_tokens_to_ids("<s>")
     assert ids == tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -475,7 +525,10 @@ def test_prompt_formatter_plain_for_base_models() -> None:
     formatter = PromptFormatter()
     assert formatter.resolved_style(tokenizer) == "plain"
     text = formatter.format("What is 2 + 3?", tokenizer)
-    assert text == "Question: What is 2 + 3?\nPlease reason step by step, and put your final answer within \\boxed{}.\nAnswer:"
+    assert (
+        text
+        == "Question: What is 2 + 3?\nPlease reason step by step, and put your final answer within \\boxed{}.\nAnswer:"
+    )
     batch = formatter.encode(["What is 2 + 3?", "What is 3 + 2?"], tokenizer)
     bos = tokenizer.convert_tokens_to_ids("<s>")
     assert len(batch) == 2 and all(ids[0] == bos and ids.count(bos) == 1 for ids in batch)  # tokenizer's own BOS

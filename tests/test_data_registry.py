@@ -14,11 +14,11 @@ import gzip
 import hashlib
 import json
 import random
-import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import tomllib
 
 from conftest import REPO
 from lite_ppo.commands import main as cli
@@ -79,24 +79,54 @@ def hub_layout(name: str, rows: list[dict], folder: Path) -> dict[str, tuple[str
     """
     if name == "aime24":
         # HuggingFaceH4/aime_2024: id (int), problem, solution, answer (zero-padded like "025"), url, year.
-        hub_rows = [{"id": int(r["id"].split("-")[1]), "problem": r["problem"], "solution": r["solution"], "answer": f"{int(r['answer']):03d}", "url": r["url"], "year": "2024"} for r in rows]
+        hub_rows = [
+            {
+                "id": int(r["id"].split("-")[1]),
+                "problem": r["problem"],
+                "solution": r["solution"],
+                "answer": f"{int(r['answer']):03d}",
+                "url": r["url"],
+                "year": "2024",
+            }
+            for r in rows
+        ]
         return {"": ("json", write_jsonl(folder / "aime24.jsonl", hub_rows))}
     if name == "aime25":
         # opencompass/AIME2025: two configs (exam I and II), columns question, answer.
         parts = {}
         for exam in ("I", "II"):
-            exam_rows = [{"question": r["problem"], "answer": r["answer"]} for r in rows if r["id"].split("-")[1] == exam]
+            exam_rows = [
+                {"question": r["problem"], "answer": r["answer"]} for r in rows if r["id"].split("-")[1] == exam
+            ]
             parts[exam] = ("json", write_jsonl(folder / f"aime2025-{exam}.jsonl", exam_rows))
         return parts
     if name == "amc23":
         # AI-MO/aimo-validation-amc: id, problem, answer (float), url; AMC 2022 problems are mixed in.
-        hub_rows = [{"id": int(r["id"].split("-")[1]), "problem": r["problem"], "answer": float(r["answer"]), "url": r["url"]} for r in rows]
+        hub_rows = [
+            {"id": int(r["id"].split("-")[1]), "problem": r["problem"], "answer": float(r["answer"]), "url": r["url"]}
+            for r in rows
+        ]
         for k in (3, 20):
-            hub_rows.insert(k, {"id": 900 + k, "problem": "A 2022 problem.", "answer": 5.0, "url": "https://artofproblemsolving.com/wiki/index.php/2022_AMC_12A_Problems/Problem_3"})
+            hub_rows.insert(
+                k,
+                {
+                    "id": 900 + k,
+                    "problem": "A 2022 problem.",
+                    "answer": 5.0,
+                    "url": "https://artofproblemsolving.com/wiki/index.php/2022_AMC_12A_Problems/Problem_3",
+                },
+            )
         return {"": ("json", write_jsonl(folder / "amc.jsonl", hub_rows))}
     if name == "minerva_math":
         # math-ai/minervamath: question, answer, in the set's order.
-        return {"": ("json", write_jsonl(folder / "minerva.jsonl", [{"question": r["problem"], "answer": r["answer"]} for r in rows]))}
+        return {
+            "": (
+                "json",
+                write_jsonl(
+                    folder / "minerva.jsonl", [{"question": r["problem"], "answer": r["answer"]} for r in rows]
+                ),
+            )
+        }
     if name == "olympiadbench":
         # Hothan/OlympiadBench (Parquet): final_answer is a list of $-wrapped answers, several when is_multiple_answer.
         from datasets import Dataset
@@ -104,12 +134,25 @@ def hub_layout(name: str, rows: list[dict], folder: Path) -> dict[str, tuple[str
         hub_rows = []
         for r in rows:
             answers = r["answer"].split(", ") if r["is_multiple_answer"] else [r["answer"]]
-            hub_rows.append({
-                "id": int(r["id"].split("-")[1]), "question": r["problem"], "solution": [r["solution"]], "final_answer": [f"${a}$" for a in answers],
-                "context": None, "modality": "Text-only", "difficulty": "Competition", "is_multiple_answer": r["is_multiple_answer"],
-                "unit": r.get("unit"), "answer_type": r["answer_type"], "error": None, "question_type": "Open-ended",
-                "subfield": r["subject"], "subject": "Math", "language": "English",
-            })
+            hub_rows.append(
+                {
+                    "id": int(r["id"].split("-")[1]),
+                    "question": r["problem"],
+                    "solution": [r["solution"]],
+                    "final_answer": [f"${a}$" for a in answers],
+                    "context": None,
+                    "modality": "Text-only",
+                    "difficulty": "Competition",
+                    "is_multiple_answer": r["is_multiple_answer"],
+                    "unit": r.get("unit"),
+                    "answer_type": r["answer_type"],
+                    "error": None,
+                    "question_type": "Open-ended",
+                    "subfield": r["subject"],
+                    "subject": "Math",
+                    "language": "English",
+                }
+            )
         path = folder / "OE_TO_maths_en_COMP.parquet"
         Dataset.from_list(hub_rows).to_parquet(str(path))
         return {"": ("parquet", path)}
@@ -121,9 +164,34 @@ def hub_layout(name: str, rows: list[dict], folder: Path) -> dict[str, tuple[str
             _, year, exam, number = r["id"].split("-")
             number = 15 if number == "0" else int(number)  # the reference numbers 2023's problem 15 as 0
             part = "" if int(year) < 2000 else ("I" if exam == "1" else "II")
-            hub_rows.append({"ID": f"{year}-{part or 'I'}-{number}", "Year": int(year), "Problem Number": number, "Question": r["problem"], "Answer": r["answer"], "Part": part})
-        hub_rows += [{"ID": "2024-I-1", "Year": 2024, "Problem Number": 1, "Question": "A 2024 problem.", "Answer": "204", "Part": "I"},
-                     {"ID": "1983-2", "Year": 1983, "Problem Number": 2, "Question": "A dropped problem.", "Answer": "15", "Part": ""}]
+            hub_rows.append(
+                {
+                    "ID": f"{year}-{part or 'I'}-{number}",
+                    "Year": int(year),
+                    "Problem Number": number,
+                    "Question": r["problem"],
+                    "Answer": r["answer"],
+                    "Part": part,
+                }
+            )
+        hub_rows += [
+            {
+                "ID": "2024-I-1",
+                "Year": 2024,
+                "Problem Number": 1,
+                "Question": "A 2024 problem.",
+                "Answer": "204",
+                "Part": "I",
+            },
+            {
+                "ID": "1983-2",
+                "Year": 1983,
+                "Problem Number": 2,
+                "Question": "A dropped problem.",
+                "Answer": "15",
+                "Part": "",
+            },
+        ]
         random.Random(0).shuffle(hub_rows)  # the output order comes from the shipped id list
         path = folder / "AIME_Dataset_1983_2024.csv"
         with path.open("w", newline="", encoding="utf-8") as handle:
@@ -165,7 +233,9 @@ def test_fetch_refuses_a_copy_that_differs_and_caches_nothing(shared_data, tmp_p
     rows = reference_rows(shared_data, "aime24")
     rows[3] = {**rows[3], "answer": "999"}  # the Hub copy changed one answer
     files = hub_layout("aime24", rows, tmp_path)
-    with pytest.raises(UserError, match=r"'aime24' from hf://HuggingFaceH4/aime_2024.*differs from the recorded one \(sha256"):
+    with pytest.raises(
+        UserError, match=r"'aime24' from hf://HuggingFaceH4/aime_2024.*differs from the recorded one \(sha256"
+    ):
         registry.fetch("aime24", loader=local_loader(files))
     assert registry.status("aime24") == "missing"
     registry.fetch("aime24", loader=local_loader(files), verify=False)  # --no-verify keeps it, marked
@@ -177,7 +247,10 @@ def test_a_changed_hub_layout_names_the_missing_columns(tmp_path):
 
     path = write_jsonl(tmp_path / "x.jsonl", [{"Problem": "p", "answer": "1", "id": 60}])
     loader = lambda source, part: datasets.load_dataset("json", data_files=str(path), split="train")  # noqa: E731
-    with pytest.raises(UserError, match=r"HuggingFaceH4/aime_2024@main \(not pinned\) split train: column\(s\) problem missing \(it has"):
+    with pytest.raises(
+        UserError,
+        match=r"HuggingFaceH4/aime_2024@main \(not pinned\) split train: column\(s\) problem missing \(it has",
+    ):
         registry.fetch("aime24", loader=loader)
 
 
@@ -246,7 +319,12 @@ def test_shipped_answers_verify_against_themselves_all_rows():
 
 # ------------------------------------------------------------------ resolution: data.sources, Evaluation, evaluate
 def test_names_resolve_in_data_sources():
-    dm = MathDataModule(sources={"easy": "paper:easy", "hard": "paper:hard-math"}, weights={"easy": 1, "hard": 1}, prompts_per_step=64, val_size=4)
+    dm = MathDataModule(
+        sources={"easy": "paper:easy", "hard": "paper:hard-math"},
+        weights={"easy": 1, "hard": 1},
+        prompts_per_step=64,
+        val_size=4,
+    )
     dm.setup()
     easy_ids = {json.loads(line)["id"] for line in jsonl_lines(_shipped_bytes("paper:easy"))}
     hard_ids = {json.loads(line)["id"] for line in jsonl_lines(_shipped_bytes("paper:hard-math"))}
@@ -267,7 +345,10 @@ def test_composite_needs_its_fetched_part_and_says_how_to_get_it():
 
 def _fake_rows(prefix: str, n: int, tier: str | None = None) -> list[dict]:
     extra = {"difficulty": tier} if tier else {}
-    return [{"id": f"{prefix}-{i}", "problem": f"{prefix} problem {i}?", "answer": str(i), "source": prefix, **extra} for i in range(n)]
+    return [
+        {"id": f"{prefix}-{i}", "problem": f"{prefix} problem {i}?", "answer": str(i), "source": prefix, **extra}
+        for i in range(n)
+    ]
 
 
 def test_data_dir_wins_over_cache_and_shipped_copies(tmp_path):
@@ -277,7 +358,9 @@ def test_data_dir_wins_over_cache_and_shipped_copies(tmp_path):
     folder = tmp_path / "folder"
     folder.mkdir()
     write_jsonl(folder / "aime24.jsonl", _fake_rows("folder", 2))
-    with gzip.open(folder / "math500.jsonl.gz", "wt", encoding="utf-8") as handle:  # .gz files work in a data folder too
+    with gzip.open(
+        folder / "math500.jsonl.gz", "wt", encoding="utf-8"
+    ) as handle:  # .gz files work in a data folder too
         handle.write(json.dumps(_fake_rows("folder500", 1)[0]) + "\n")
     assert registry.locate("aime24") == [cache / "aime24.jsonl"]  # no folder: the cache
     assert registry.locate("aime24", folder) == [folder / "aime24.jsonl"]  # the folder wins
@@ -286,7 +369,10 @@ def test_data_dir_wins_over_cache_and_shipped_copies(tmp_path):
     assert registry.status("aime24", folder) == "data-dir" and registry.status("aime24") == "cached (unverified)"
     # The same through evaluation: --data-dir's rows, then the cache's.
     specs, _ = load_benchmark_config("aime24,math500")
-    assert [[p.id for p in problems] for _, problems in load_benchmarks(specs, folder)] == [["folder-0", "folder-1"], ["folder500-0"]]
+    assert [[p.id for p in problems] for _, problems in load_benchmarks(specs, folder)] == [
+        ["folder-0", "folder-1"],
+        ["folder500-0"],
+    ]
     assert [p.id for p in load_benchmarks(specs[:1], None)[0][1]] == ["cached-0", "cached-1", "cached-2"]
     # And through data.sources: a folder's hard.jsonl is the whole tier (no fetch needed).
     write_jsonl(folder / "hard.jsonl", _fake_rows("hard", 6, "hard"))
@@ -304,10 +390,15 @@ def test_names_resolve_in_the_evaluation_callback():
     evaluation = Evaluation(benchmarks="math500,gsm8k", limit=3)
     with pytest.raises(ValueError, match="needs the lite_ppo.callbacks.Rollout"):  # raised after the files are read
         evaluation.setup(_fake_trainer(), None, "validate")
-    first = {name: [json.loads(line)["id"] for line in jsonl_lines(_shipped_bytes(name))[:3]] for name in ("math500", "gsm8k")}
+    first = {
+        name: [json.loads(line)["id"] for line in jsonl_lines(_shipped_bytes(name))[:3]]
+        for name in ("math500", "gsm8k")
+    }
     assert {spec.name: [p.id for p in problems] for spec, problems in evaluation.benchmarks} == first
     missing = Evaluation(benchmarks="paper")
-    with pytest.raises(registry.DatasetMissing, match=r"`lite-ppo data fetch aime24 aime25 amc23 minerva_math olympiadbench`"):
+    with pytest.raises(
+        registry.DatasetMissing, match=r"`lite-ppo data fetch aime24 aime25 amc23 minerva_math olympiadbench`"
+    ):
         missing.setup(_fake_trainer(), None, "validate")
 
 
@@ -317,8 +408,14 @@ def test_evaluate_paper_names_every_missing_set_and_the_fetch_command(tmp_path, 
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert err.startswith("lite-ppo evaluate: error: datasets 'aime24', 'aime25', 'amc23', 'minerva_math', 'olympiadbench' not available here")
-    assert "`lite-ppo data fetch aime24 aime25 amc23 minerva_math olympiadbench`" in err and "math500" not in err.split("fetch")[0]
+    assert err.startswith(
+        "lite-ppo evaluate: error: datasets 'aime24', 'aime25', "
+        "'amc23', 'minerva_math', 'olympiadbench' not available here"
+    )
+    assert (
+        "`lite-ppo data fetch aime24 aime25 amc23 minerva_math olympiadbench`" in err
+        and "math500" not in err.split("fetch")[0]
+    )
 
 
 def test_evaluate_paper_with_shipped_and_folder_files(tmp_path, tiny_model_path, shared_data):
@@ -326,16 +423,37 @@ def test_evaluate_paper_with_shipped_and_folder_files(tmp_path, tiny_model_path,
     folder = tmp_path / "eval"
     folder.mkdir()
     for name in registry.PAPER_BENCHMARKS[1:]:
-        (folder / registry.get(name).filename).write_bytes((shared_data / "eval" / registry.get(name).filename).read_bytes())
+        (folder / registry.get(name).filename).write_bytes(
+            (shared_data / "eval" / registry.get(name).filename).read_bytes()
+        )
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
-        cli(["evaluate", "--no-progress", "--model", tiny_model_path, "--benchmarks", "paper", "--data-dir", str(folder),
-             "--out", str(out), "--limit", "1", "--max-new-tokens", "2"])
+        cli(
+            [
+                "evaluate",
+                "--no-progress",
+                "--model",
+                tiny_model_path,
+                "--benchmarks",
+                "paper",
+                "--data-dir",
+                str(folder),
+                "--out",
+                str(out),
+                "--limit",
+                "1",
+                "--max-new-tokens",
+                "2",
+            ]
+        )
     assert exit_info.value.code == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert list(metrics["benchmarks"]) == list(registry.PAPER_BENCHMARKS) == metrics["averaged"]
     records = [json.loads(line) for line in (out / "responses.jsonl").read_text().splitlines()]
-    first = {name: json.loads(jsonl_lines((shared_data / "eval" / registry.get(name).filename).read_bytes())[0])["id"] for name in registry.PAPER_BENCHMARKS}
+    first = {
+        name: json.loads(jsonl_lines((shared_data / "eval" / registry.get(name).filename).read_bytes())[0])["id"]
+        for name in registry.PAPER_BENCHMARKS
+    }
     assert {r["benchmark"]: r["id"] for r in records} == first
 
 
@@ -344,10 +462,18 @@ def test_data_list_shows_origin_license_and_presence(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli(["data", "list"])
     assert exit_info.value.code == 0
-    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.split() and line.split()[0] in registry.DATASETS}
+    lines = {
+        line.split()[0]: line
+        for line in capsys.readouterr().out.splitlines()
+        if line.split() and line.split()[0] in registry.DATASETS
+    }
     assert set(lines) == set(registry.DATASETS)
     assert "shipped" in lines["math500"] and "MIT" in lines["math500"]
-    assert "missing" in lines["aime24"] and "hf://HuggingFaceH4/aime_2024" in lines["aime24"] and "Mathematical Association" in lines["aime24"]
+    assert (
+        "missing" in lines["aime24"]
+        and "hf://HuggingFaceH4/aime_2024" in lines["aime24"]
+        and "Mathematical Association" in lines["aime24"]
+    )
     assert "shipped + missing" in lines["paper:hard"]
 
 
@@ -361,7 +487,10 @@ def test_data_fetch_reports_shipped_and_fails_in_one_line_without_the_hub(capsys
     assert exit_info.value.code == 2
     captured = capsys.readouterr()
     assert "math500: shipped with lite-ppo" in captured.out
-    assert captured.err.strip().splitlines() == ["lite-ppo data: error: could not fetch aime24: ConnectionError: Couldn't reach 'HuggingFaceH4/aime_2024' on the Hub"]
+    assert captured.err.strip().splitlines() == [
+        "lite-ppo data: error: could not fetch aime24: ConnectionError: "
+        "Couldn't reach 'HuggingFaceH4/aime_2024' on the Hub"
+    ]
 
 
 def test_missing_set_is_fetched_on_first_use(shared_data, tmp_path, monkeypatch, capsys):
@@ -374,7 +503,10 @@ def test_missing_set_is_fetched_on_first_use(shared_data, tmp_path, monkeypatch,
     specs, _ = load_benchmark_config("amc23")
     ((_, problems),) = load_benchmarks(specs, None)
     assert [p.id for p in problems] == [r["id"] for r in reference_rows(shared_data, "amc23")]
-    assert "dataset 'amc23' is not in the cache; fetching it from hf://AI-MO/aimo-validation-amc@" in capsys.readouterr().err
+    assert (
+        "dataset 'amc23' is not in the cache; fetching it from hf://AI-MO/aimo-validation-amc@"
+        in capsys.readouterr().err
+    )
     assert registry.status("amc23") == "cached"
     # With a data folder nothing is fetched: the folder is the offline source of truth.
     monkeypatch.setattr(registry.hub, "load_part", lambda source, part: pytest.fail("fetched despite --data-dir"))
@@ -385,7 +517,9 @@ def test_missing_set_is_fetched_on_first_use(shared_data, tmp_path, monkeypatch,
 # ------------------------------------------------------------------ data-file errors (issue 11, item 12)
 def test_non_utf8_byte_names_file_line_and_field(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_bytes(b'{"id": "1", "problem": "q", "answer": "1"}\n{"id": "2", "problem": "caf\xe9 au lait?", "answer": "2"}\n')
+    path.write_bytes(
+        b'{"id": "1", "problem": "q", "answer": "1"}\n{"id": "2", "problem": "caf\xe9 au lait?", "answer": "2"}\n'
+    )
     with pytest.raises(DataFormatError, match=r"bad.jsonl:2: field 'problem': byte 0xe9 at column 28 is not UTF-8"):
         load_jsonl_problems(path)
     path.write_bytes(b'{"id": "1", "problem": "q", "answer": "1"}\xff\n')  # outside any value
@@ -405,7 +539,12 @@ def test_empty_file_says_it_is_empty_not_val_size(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"id": pa.array([], pa.string()), "problem": pa.array([], pa.string()), "answer": pa.array([], pa.string())}), tmp_path / "e.parquet")
+    pq.write_table(
+        pa.table(
+            {"id": pa.array([], pa.string()), "problem": pa.array([], pa.string()), "answer": pa.array([], pa.string())}
+        ),
+        tmp_path / "e.parquet",
+    )
     with pytest.raises(DataFormatError, match=r"e.parquet: the file is empty \(no rows\)"):
         load_problems(tmp_path / "e.parquet")
 
@@ -443,7 +582,10 @@ def test_a_failed_fetch_on_first_use_is_not_retried_in_the_process(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     for _ in range(2):
-        with pytest.raises(registry.DatasetMissing, match=r"datasets 'aime24', 'aime25'.*\(fetching 'aime24' failed: the Hugging Face Hub .* not reachable"):
+        with pytest.raises(
+            registry.DatasetMissing,
+            match=r"datasets 'aime24', 'aime25'.*\(fetching 'aime24' failed: the Hugging Face Hub .* not reachable",
+        ):
             registry.locate_many(list(registry.PAPER_BENCHMARKS))
     assert calls == ["HuggingFaceH4/aime_2024"]  # one attempt, then the reason is reused
 
@@ -452,7 +594,10 @@ def test_data_path_prints_the_resolved_files(capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         cli(["data", "path", "paper:medium", "gsm8k"])
     assert exit_info.value.code == 0
-    assert capsys.readouterr().out.split() == [str(registry.get("paper:medium").shipped_path), str(registry.get("gsm8k").shipped_path)]
+    assert capsys.readouterr().out.split() == [
+        str(registry.get("paper:medium").shipped_path),
+        str(registry.get("gsm8k").shipped_path),
+    ]
     with pytest.raises(SystemExit) as exit_info:
         cli(["data", "path", "paper:hard"])
     assert exit_info.value.code == 2 and "`lite-ppo data fetch paper:hard-aime`" in capsys.readouterr().err

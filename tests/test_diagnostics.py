@@ -8,17 +8,15 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
-from torch.utils.data import DataLoader
 
-from conftest import read_scalars
+from conftest import fit_one_batch, read_scalars
 from lite_ppo.callbacks import ClipHigher, Diagnostics, OverlongFilter
-from lite_ppo.hooks import Technique
 from lite_ppo.module import LitePPO
 from lite_ppo.ops.correlation import pearson_correlation
 from lite_ppo.ops.repetition import repeated_ngram_share, repetition_shares
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.technique import Technique, UpdateStats
 from test_techniques import CaptureModule, make_batch
 
 V = 128  # vocabulary of the fake policy
@@ -79,27 +77,19 @@ def constructed_batch() -> RolloutBatch:
         rewards=torch.tensor([1.0, 0.0, 1.0, 1.0]),
         truncated=torch.tensor([True, False, True, False]),
         response_lengths=torch.tensor(LENGTHS),
-        extras={"tier": ["easy", "easy", "hard", "hard"], "reward_status": ["correct", "wrong", "correct", "correct"]},
+        extras={"tier": ["easy", "easy", "hard", "hard"]},
+        reward_status=["correct", "wrong", "correct", "correct"],
     )
 
 
-def _fit_constructed(tmp_path, *techniques: Technique):
-    module = LitePPO(lr=1e-6, num_mini_batches=1, micro_batch_size=4, max_grad_norm=None)  # FakePolicy: lr moves no ratio
+def _fit_constructed(tmp_path, *techniques: Technique, batch: RolloutBatch | None = None):
+    # FakePolicy: lr moves no ratio. It answers the no-gradient old-log-prob pass differently from the
+    # training forward (that is how it sets the ratios), so the old log-probs must come from that pass.
+    module = LitePPO(lr=1e-6, num_mini_batches=1, micro_batch_size=4, max_grad_norm=None, old_logprobs="recompute")
     module.policy = FakePolicy()
-    trainer = Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=1,
-        limit_train_batches=1,
-        logger=TensorBoardLogger(str(tmp_path), name="diag", version="v"),
-        callbacks=[FixedAdvantages(), *techniques, Diagnostics(ngram=2, repetition_window=None)],
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        log_every_n_steps=1,
-        num_sanity_val_steps=0,
-    )
-    trainer.fit(module, train_dataloaders=DataLoader([{"rollout": constructed_batch()}], batch_size=None))
+    techniques = [FixedAdvantages(), *techniques, Diagnostics(ngram=2, repetition_window=None)]
+    logger = TensorBoardLogger(str(tmp_path), name="diag", version="v")
+    fit_one_batch(module, batch if batch is not None else constructed_batch(), techniques, logger=logger)
     return {tag: values[-1][1] for tag, values in read_scalars(tmp_path).items()}, tmp_path
 
 
@@ -149,7 +139,9 @@ def test_constructed_batch_through_the_module(tmp_path):
     events = next(log_dir.rglob("events.out.tfevents.*"))
     acc = EventAccumulator(str(events), size_guidance={"histograms": 0})
     acc.Reload()
-    assert {"response/length", "groups/correct_per_group", "tier/easy/length", "tier/hard/length"} <= set(acc.Tags()["histograms"])
+    assert {"response/length", "groups/correct_per_group", "tier/easy/length", "tier/hard/length"} <= set(
+        acc.Tags()["histograms"]
+    )
     per_group = acc.Histograms("groups/correct_per_group")[-1].histogram_value
     assert (per_group.num, per_group.min, per_group.max, per_group.sum) == (2, 1, 2, 3)  # g0: 1 of 2, g1: 2 of 2
     hist = acc.Histograms("response/length")[-1]
@@ -172,27 +164,36 @@ def test_generation_view_counts_every_refill_round():
     diag = Diagnostics(ngram=2, repetition_window=None)
     module = CaptureModule()
     # Round 1: g0 all wrong (easy), g1 mixed (hard). Round 2: g0 all correct (hard). Group ids restart.
-    r1 = make_batch([0, 0, 1, 0], [0, 0, 1, 1], [2, 2, 4, 4], truncated=[False, False, True, True],
-                    statuses=["wrong", "wrong", "correct", "wrong"], tiers=["easy", "easy", "hard", "hard"], width=4)
+    r1 = make_batch(
+        [0, 0, 1, 0],
+        [0, 0, 1, 1],
+        [2, 2, 4, 4],
+        truncated=[False, False, True, True],
+        statuses=["wrong", "wrong", "correct", "wrong"],
+        tiers=["easy", "easy", "hard", "hard"],
+        width=4,
+    )
     r2 = make_batch([1, 1], [0, 0], [1, 3], statuses=["correct", "correct"], tiers=["hard", "hard"], width=4)
     diag.on_rollout(module.trainer, module, r1)
     diag.on_rollout(module.trainer, module, r2)
     # Dynamic sampling kept only r1's mixed group.
     final = r1.select(torch.tensor([2, 3]))
     final.advantages = torch.tensor([1.0, -1.0])
-    diag.on_update_end(module.trainer, module, final, {})
+    diag.on_update_end(module.trainer, module, final, UpdateStats())
     m = module.logged
     assert (m["groups/all_correct"], m["groups/all_wrong"], m["groups/mixed"]) == pytest.approx((1 / 3, 1 / 3, 1 / 3))
     assert m["reward/accuracy"] == pytest.approx(3 / 6)
     assert m["response/length_mean"] == pytest.approx(16 / 6)
-    assert m["tier/easy/share_of_prompts"] == pytest.approx(1 / 3) and m["tier/hard/share_of_prompts"] == pytest.approx(2 / 3)
+    assert m["tier/easy/share_of_prompts"] == pytest.approx(1 / 3) and m["tier/hard/share_of_prompts"] == pytest.approx(
+        2 / 3
+    )
     assert m["tier/hard/groups_mixed"] == pytest.approx(0.5) and m["tier/hard/groups_all_correct"] == pytest.approx(0.5)
     assert m["tier/hard/accuracy"] == pytest.approx(3 / 4) and m["tier/easy/accuracy"] == 0
     # Update view: the kept group only. Lengths equal -> correlation 0 by definition.
     assert m["update/length_advantage_corr"] == 0
     assert m["tier/hard/share_of_loss_tokens"] == 1.0 and "tier/easy/share_of_loss_tokens" not in m
     # Records are cleared after each step.
-    diag.on_update_end(module.trainer, module, final, {})
+    diag.on_update_end(module.trainer, module, final, UpdateStats())
     assert module.logged["groups/mixed"] == 1.0
 
 
@@ -203,12 +204,16 @@ def test_repeated_ngram_share_definition():
     assert repeated_ngram_share([1, 2], n=4) == 0.0  # too short to repeat
     # Only the tail window counts: a loop at the end is found however long the preamble.
     tail = [9, 8] * 10
-    assert repeated_ngram_share(list(range(100, 200)) + tail, n=4, window=20) == pytest.approx((20 - 2 - 4 + 1) / (20 - 4 + 1))
+    assert repeated_ngram_share(list(range(100, 200)) + tail, n=4, window=20) == pytest.approx(
+        (20 - 2 - 4 + 1) / (20 - 4 + 1)
+    )
     # A cycle of period p over L tokens: (L - p - n + 1) / (L - n + 1).
     cycle = [1, 2, 3, 4, 5] * 6
     assert repeated_ngram_share(cycle, n=4) == pytest.approx((30 - 5 - 4 + 1) / (30 - 4 + 1))
     ids = torch.tensor([[1, 1, 1, 0], [1, 2, 3, 4]])
-    torch.testing.assert_close(repetition_shares(ids, torch.tensor([3, 4]), n=1, window=None), torch.tensor([2 / 3, 0.0]))
+    torch.testing.assert_close(
+        repetition_shares(ids, torch.tensor([3, 4]), n=1, window=None), torch.tensor([2 / 3, 0.0])
+    )
 
 
 @pytest.mark.parametrize("window", [None, 1, 7, 40, 100])

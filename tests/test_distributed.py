@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lite_ppo.hooks import Technique
+from lite_ppo.technique import Technique
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -90,12 +90,14 @@ def global_rollout_parts(vocab_size: int, eos_id: int):
 
 def rank_rollout(tokenizer, rank: int, world: int):
     """The RolloutBatch that rank ``rank`` of ``world`` builds from its contiguous share of prompts."""
-    from lite_ppo.callbacks.rollout import build_rollout_batch
+    from lite_ppo.rollout.producer import build_rollout_batch
 
     prompt_ids, generations, rewards = global_rollout_parts(len(tokenizer), tokenizer.eos_token_id)
     per = PROMPTS // world
     lo, hi = rank * per, (rank + 1) * per
-    return build_rollout_batch(prompt_ids[lo:hi], generations[lo:hi], rewards[lo * G : hi * G], tokenizer.pad_token_id, 1.0)
+    return build_rollout_batch(
+        prompt_ids[lo:hi], generations[lo:hi], rewards[lo * G : hi * G], tokenizer.pad_token_id, 1.0
+    )
 
 
 class FirstTokenParityReward(Technique):
@@ -104,8 +106,8 @@ class FirstTokenParityReward(Technique):
     trains. Use as ``--trainer.callbacks+=test_distributed.FirstTokenParityReward`` with tests/ on
     PYTHONPATH."""
 
-    def on_rollout(self, trainer, module, batch):
-        batch.rewards = (batch.response_ids[:, 0] % 2 == 0).float()
+    def shape_rewards(self, trainer, module, batch, metrics):
+        return (batch.response_ids[:, 0] % 2 == 0).float() - batch.rewards
 
 
 # --------------------------------------------------------------------------------- the worker
@@ -126,9 +128,10 @@ def _worker(args) -> None:
     from torch.utils.data import DataLoader
 
     from lite_ppo.callbacks import AdvantageNormalization, LossAggregation
-    from lite_ppo.hooks import Technique
     from lite_ppo.module import LitePPO
-    from lite_ppo.strategies import CPUDeepSpeedStrategy, iter_gathered_state
+    from lite_ppo.strategies import CPUDeepSpeedStrategy
+    from lite_ppo.technique import Technique
+    from lite_ppo.weight_gather import iter_gathered_state
 
     torch.set_num_threads(1)
     out = Path(args.out)
@@ -177,7 +180,7 @@ def _worker(args) -> None:
 
         def on_update_end(self, trainer, module, batch, stats):
             self.advantages = batch.advantages.detach().cpu().clone()
-            self.stats = {k: torch.as_tensor(v).detach().float().cpu().clone() for k, v in stats.items()}
+            self.stats = {k: torch.as_tensor(v).detach().float().cpu().clone() for k, v in stats.scalars.items()}
 
     for first, mode in enumerate(args.modes.split(",")):
         aggregation, _, clip = mode.partition("@clip")
@@ -214,13 +217,27 @@ def _worker(args) -> None:
                 record,
             ],
         )
-        module = LitePPO(model_path=args.model, lr=1e-3, num_mini_batches=2, micro_batch_size=2, max_grad_norm=max_grad_norm, gradient_checkpointing=args.gradient_checkpointing)
+        module = LitePPO(
+            model_path=args.model,
+            lr=1e-3,
+            num_mini_batches=2,
+            micro_batch_size=2,
+            max_grad_norm=max_grad_norm,
+            gradient_checkpointing=args.gradient_checkpointing,
+        )
         loader = DataLoader([{"problems": [], "index": 0}], batch_size=None, collate_fn=lambda x: x)
         trainer.fit(module, train_dataloaders=loader)
-        weights = {name: t.float().clone() for name, t in iter_gathered_state(module.policy, bucket_bytes=1 << 20, copy=True)}
+        weights = {
+            name: t.float().clone() for name, t in iter_gathered_state(module.policy, bucket_bytes=1 << 20, copy=True)
+        }
         rank = trainer.global_rank
         (out / mode).mkdir(parents=True, exist_ok=True)
-        result = {"advantages": record.advantages, "stats": record.stats, "world": trainer.world_size, "global_step": trainer.global_step}
+        result = {
+            "advantages": record.advantages,
+            "stats": record.stats,
+            "world": trainer.world_size,
+            "global_step": trainer.global_step,
+        }
         result.update(micros_per_step=record.micros_per_step, allreduce_at=record.allreduce_at)
         if args.strategy == "zero3" and first == 0:
             # HF generate on partitioned parameters with ranks that stop at different steps: every
@@ -259,7 +276,13 @@ def main() -> None:
 # --------------------------------------------------------------------------------- launching
 def worker_env() -> dict[str, str]:
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", DS_ACCELERATOR="cpu", TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore")
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        DS_ACCELERATOR="cpu",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONWARNINGS="ignore",
+    )
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(HERE), env.get("PYTHONPATH", "")])
     return env
 
@@ -278,7 +301,17 @@ def launch(
     cmd = [sys.executable]
     if strategy != "single":
         cmd += ["-m", "torch.distributed.run", "--nproc_per_node", str(WORLD), "--master_port", str(_free_port())]
-    cmd += [str(Path(__file__).resolve()), "--strategy", strategy, "--out", str(out), "--model", model, "--modes", ",".join(modes)]
+    cmd += [
+        str(Path(__file__).resolve()),
+        "--strategy",
+        strategy,
+        "--out",
+        str(out),
+        "--model",
+        model,
+        "--modes",
+        ",".join(modes),
+    ]
     if max_grad_norm is not None:
         cmd += ["--max-grad-norm", str(max_grad_norm)]
     if gradient_checkpointing:
@@ -287,7 +320,9 @@ def launch(
         cmd += ["--gather-bucket", str(gather_bucket)]
     proc = subprocess.run(cmd, env=worker_env(), cwd=REPO, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+        )
 
 
 def _free_port() -> int:
@@ -306,11 +341,18 @@ def load_results(out: Path, mode: str) -> list[dict]:
 def initial_weights(model: str) -> dict[str, torch.Tensor]:
     from transformers import AutoModelForCausalLM
 
-    return {k: v.float().clone() for k, v in AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).state_dict().items()}
+    return {
+        k: v.float().clone()
+        for k, v in AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).state_dict().items()
+    }
 
 
 def assert_same_as_single(
-    multi: list[dict], single: list[dict], w0: dict[str, torch.Tensor], delta_rtol: float = DELTA_RTOL, compare_grads: bool = True
+    multi: list[dict],
+    single: list[dict],
+    w0: dict[str, torch.Tensor],
+    delta_rtol: float = DELTA_RTOL,
+    compare_grads: bool = True,
 ) -> dict[str, float]:
     """Advantages, stats, first-step gradient and weight updates of the multi-rank run vs the
     1-process run; returns the measured worst-case differences (for the record).
@@ -332,7 +374,9 @@ def assert_same_as_single(
         if name.startswith("time/") or name in RANK_LOCAL_STATS:
             continue
         for r in multi:
-            torch.testing.assert_close(r["stats"][name], value, rtol=STAT_RTOL, atol=STAT_ATOL, msg=lambda m: f"{name}: {m}")
+            torch.testing.assert_close(
+                r["stats"][name], value, rtol=STAT_RTOL, atol=STAT_ATOL, msg=lambda m, name=name: f"{name}: {m}"
+            )
         measured[f"stat:{name}"] = max(abs(r["stats"][name] - value).item() for r in multi)
     # the gradient of the first optimizer step (before any update: no Adam in between)
     g_multi, g_single = multi[0]["grads"], ref["grads"]
@@ -350,21 +394,14 @@ def assert_same_as_single(
     diffs = torch.cat([((w_multi[k] - w0[k]) - (w_single[k] - w0[k])).abs().reshape(-1) for k in w_single])
     worst = diffs.max().item()
     beyond_bulk = (diffs > DELTA_BULK_RTOL * scale).float().mean().item()
-    measured.update(weight_update_max_abs_diff=worst, weight_update_scale=scale, weight_update_fraction_beyond_bulk=beyond_bulk)
+    measured.update(
+        weight_update_max_abs_diff=worst, weight_update_scale=scale, weight_update_fraction_beyond_bulk=beyond_bulk
+    )
     assert worst <= delta_rtol * scale, f"weight updates differ by {worst:.3g} (largest update {scale:.3g})"
-    assert beyond_bulk <= DELTA_BULK_FRACTION, f"{beyond_bulk:.3g} of the weight updates differ by more than {DELTA_BULK_RTOL} of the largest"
+    assert beyond_bulk <= DELTA_BULK_FRACTION, (
+        f"{beyond_bulk:.3g} of the weight updates differ by more than {DELTA_BULK_RTOL} of the largest"
+    )
     return measured
-
-
-@pytest.fixture(scope="session")
-def single_results(tmp_path_factory, tiny_model_path):
-    """The 1-process reference on the global batch, for every aggregation mode. Computed once per
-    session (test_zero3 imports this fixture; the marker file makes its second definition reuse it)."""
-    out = tmp_path_factory.getbasetemp() / "single_reference"
-    if not (out / "done").exists():
-        launch("single", out, tiny_model_path)
-        (out / "done").write_text("ok")
-    return out
 
 
 @pytest.mark.slow
@@ -372,7 +409,9 @@ def test_two_ddp_ranks_equal_one_process(tmp_path, tiny_model_path, single_resul
     launch("ddp", tmp_path, tiny_model_path)
     w0 = initial_weights(tiny_model_path)
     for mode in MODES:
-        measured = assert_same_as_single(load_results(tmp_path, mode), load_results(single_results, mode), w0, compare_grads="@clip" not in mode)
+        measured = assert_same_as_single(
+            load_results(tmp_path, mode), load_results(single_results, mode), w0, compare_grads="@clip" not in mode
+        )
         print(mode, {k: f"{v:.3g}" for k, v in measured.items() if not k.startswith("stat:")})
         if "@clip" in mode:
             # clipping really acted (pre-clip norm above the bound) and left the gradient at the bound

@@ -10,18 +10,19 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lightning.pytorch import Trainer
-from torch.utils.data import DataLoader
 
+from conftest import fit_one_batch
 from lite_ppo.callbacks import LogprobDrift, Rollout, TruncatedImportanceSampling
-from lite_ppo.callbacks.rollout import build_rollout_batch
-from lite_ppo.hooks import Technique
 from lite_ppo.module import LitePPO
 from lite_ppo.ops.drift import MAX_LOG_RATIO, drift_statistics, drift_sums, logprob_drift, truncated_importance_weights
 from lite_ppo.ops.kl import kl_estimate
+from lite_ppo.ranks import Ranks
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.engine import Generation
 from lite_ppo.rollout.hf import HFEngine
+from lite_ppo.rollout.producer import build_rollout_batch
+from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.technique import Technique
 from test_techniques import CaptureModule, make_batch
 
 # Two responses of widths 3 and 2 (padding at [1, 2] holds garbage on purpose, even -inf).
@@ -95,7 +96,9 @@ def test_k3_mean_estimates_kl_of_the_engine_from_the_trainer():
     assert estimate == pytest.approx(exact, rel=0.02)
     assert estimate != pytest.approx(reverse, rel=0.02)
     # drift_sums' k3 is the same estimator
-    sums = drift_sums(trainer_probs.log()[tokens][None], engine_probs.log()[tokens][None], torch.ones(1, tokens.numel()))
+    sums = drift_sums(
+        trainer_probs.log()[tokens][None], engine_probs.log()[tokens][None], torch.ones(1, tokens.numel())
+    )
     assert float(sums["k3"]) / tokens.numel() == pytest.approx(estimate, rel=1e-9)
 
 
@@ -138,42 +141,41 @@ def _batch_with_logprobs(engine: torch.Tensor | None = ENGINE) -> RolloutBatch:
 
 
 def test_logprob_drift_logs_the_statistics():
-    module = CaptureModule()
-    LogprobDrift().on_old_logprobs(module.trainer, module, _batch_with_logprobs())
-    assert set(module.logged) == {"drift/mean_abs_diff", "drift/max_abs_diff", "drift/mean_diff", "drift/kl_k3"}
-    assert module.logged["drift/mean_abs_diff"] == pytest.approx(1.2 / 5)
-    assert module.logged["drift/max_abs_diff"] == pytest.approx(0.5)
-    assert module.logged["drift/kl_k3"] == pytest.approx(sum(_k3(d) for d in D) / 5)
+    module, metrics = CaptureModule(), StepMetrics()
+    LogprobDrift().observe_old_logprobs(module.trainer, module, _batch_with_logprobs(), metrics)
+    logged = {k: float(v) for k, v in metrics.compute(Ranks(None)).items()}
+    assert set(logged) == {"drift/mean_abs_diff", "drift/max_abs_diff", "drift/mean_diff", "drift/kl_k3"}
+    assert logged["drift/mean_abs_diff"] == pytest.approx(1.2 / 5)
+    assert logged["drift/max_abs_diff"] == pytest.approx(0.5)
+    assert logged["drift/kl_k3"] == pytest.approx(sum(_k3(d) for d in D) / 5)
 
 
 def test_logprob_drift_without_engine_logprobs_warns_once_and_logs_nothing():
-    module, drift = CaptureModule(), LogprobDrift()
+    module, drift, metrics = CaptureModule(), LogprobDrift(), StepMetrics()
     with pytest.warns(UserWarning, match="no log-probs"):
-        drift.on_old_logprobs(module.trainer, module, _batch_with_logprobs(engine=None))
-    drift.on_old_logprobs(module.trainer, module, _batch_with_logprobs(engine=None))  # silent now
-    assert module.logged == {}
+        drift.observe_old_logprobs(module.trainer, module, _batch_with_logprobs(engine=None), metrics)
+    drift.observe_old_logprobs(module.trainer, module, _batch_with_logprobs(engine=None), metrics)  # silent now
+    assert metrics.compute(Ranks(None)) == {}
 
 
 def test_importance_sampling_sets_and_multiplies_token_weights():
-    module = CaptureModule()
+    module, metrics = CaptureModule(), StepMetrics()
     batch = _batch_with_logprobs()
-    TruncatedImportanceSampling(cap=1.5).on_old_logprobs(module.trainer, module, batch)
+    weights = TruncatedImportanceSampling(cap=1.5).token_weights(module.trainer, module, batch, metrics)
     expected = torch.tensor([[1.0, 1.5, 1.5], [math.exp(0.2), 1.0, 1.0]])
-    assert torch.allclose(batch.token_weights, expected)
-    assert module.logged["tis/weight_mean"] == pytest.approx((1 + 1.5 + 1.5 + math.exp(0.2) + 1) / 5)
-    assert module.logged["tis/capped_share"] == pytest.approx(2 / 5)
-
-    # another technique's weights are multiplied, not replaced
-    batch = _batch_with_logprobs()
-    batch.token_weights = torch.full((2, 3), 0.5)
-    TruncatedImportanceSampling(cap=1.5).on_old_logprobs(module.trainer, module, batch)
-    assert torch.allclose(batch.token_weights, 0.5 * expected)
+    assert torch.allclose(weights, expected)
+    assert batch.token_weights is None  # returned, not written into the batch
+    logged = metrics.compute(Ranks(None))
+    assert float(logged["tis/weight_mean"]) == pytest.approx((1 + 1.5 + 1.5 + math.exp(0.2) + 1) / 5)
+    assert float(logged["tis/capped_share"]) == pytest.approx(2 / 5)
 
 
 def test_importance_sampling_without_engine_logprobs_is_a_clear_error():
     module = CaptureModule()
     with pytest.raises(RuntimeError, match="needs the rollout engine's log-probs"):
-        TruncatedImportanceSampling().on_old_logprobs(module.trainer, module, _batch_with_logprobs(engine=None))
+        TruncatedImportanceSampling().token_weights(
+            module.trainer, module, _batch_with_logprobs(engine=None), StepMetrics()
+        )
     # ...and at fit start already, when the configured engine is known to report none
     trainer = SimpleNamespace(callbacks=[Rollout(engine=HFEngine())])
     with pytest.raises(ValueError, match="HFEngine reports none"):
@@ -191,13 +193,13 @@ class FixedAdvantages(Technique):
 
 class Record(Technique):
     def on_update_end(self, trainer, module, batch, stats):
-        self.stats = {k: torch.as_tensor(v).detach().clone() for k, v in stats.items()}
-        self.token_weights = None if batch.token_weights is None else batch.token_weights.clone()
+        self.stats = {k: torch.as_tensor(v).detach().clone() for k, v in stats.scalars.items()}
+        self.weights = None if batch.token_weights is None else batch.token_weights.clone()
 
 
 def _constructed_rollout() -> RolloutBatch:
     """2 prompts of 2 tokens x 2 responses (lengths 4, 2, 3, 1) on the tiny model's vocabulary, laid
-    out by the Rollout callback's own ``build_rollout_batch``."""
+    out by the rollout producer's own ``build_rollout_batch``."""
     responses = [[10, 17, 24, 31], [38, 45], [66, 73, 80], [94]]
     generations = [[Generation(r, True) for r in responses[:2]], [Generation(r, True) for r in responses[2:]]]
     return build_rollout_batch([[5, 6], [9, 10]], generations, [1.0, 0.0, 1.0, 0.0], pad_id=2, temperature=0.9)
@@ -210,12 +212,7 @@ def _update(model_path: str, engine_logprobs: torch.Tensor | None, *techniques: 
     rollout = _constructed_rollout()
     rollout.engine_logprobs = engine_logprobs
     record = Record()
-    trainer = Trainer(
-        accelerator="cpu", devices=1, max_epochs=1, limit_train_batches=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-        callbacks=[FixedAdvantages(), *techniques, record],
-    )
-    trainer.fit(module, train_dataloaders=DataLoader([{"rollout": rollout}], batch_size=None))
+    fit_one_batch(module, rollout, [FixedAdvantages(), *techniques, record])
     return record, {k: v.detach().clone() for k, v in module.policy.state_dict().items()}
 
 
@@ -229,9 +226,11 @@ def trainer_logprobs(tiny_model_path) -> torch.Tensor:
 
 def test_weights_of_one_leave_the_update_unchanged(tiny_model_path, trainer_logprobs):
     plain, plain_weights = _update(tiny_model_path, trainer_logprobs.clone())
-    corrected, corrected_weights = _update(tiny_model_path, trainer_logprobs.clone(), TruncatedImportanceSampling(cap=2.0))
-    assert plain.token_weights is None
-    assert torch.equal(corrected.token_weights, torch.ones_like(corrected.token_weights))
+    corrected, corrected_weights = _update(
+        tiny_model_path, trainer_logprobs.clone(), TruncatedImportanceSampling(cap=2.0)
+    )
+    assert plain.weights is None
+    assert torch.equal(corrected.weights, torch.ones_like(corrected.weights))
     assert torch.equal(corrected.stats["loss/policy"], plain.stats["loss/policy"])
     for name, value in plain_weights.items():
         assert torch.equal(corrected_weights[name], value), name
@@ -245,8 +244,10 @@ def test_weights_scale_the_per_token_loss(tiny_model_path, trainer_logprobs):
     engine = (trainer_logprobs - shift) * mask  # d = shift on response tokens
     corrected, _ = _update(tiny_model_path, engine, TruncatedImportanceSampling(cap=2.0))
     w = torch.where(mask.bool(), shift.exp().clamp(max=2.0), torch.ones_like(shift))
-    assert torch.allclose(corrected.token_weights, w, atol=1e-6)
+    assert torch.allclose(corrected.weights, w, atol=1e-6)
     expected = -(w * ADVANTAGES[:, None] * mask).sum() / mask.sum()
     assert float(corrected.stats["loss/policy"]) == pytest.approx(float(expected), rel=1e-5, abs=1e-6)
     plain, _ = _update(tiny_model_path, engine)
-    assert float(plain.stats["loss/policy"]) == pytest.approx(float(-(ADVANTAGES[:, None] * mask).sum() / mask.sum()), rel=1e-5, abs=1e-6)
+    assert float(plain.stats["loss/policy"]) == pytest.approx(
+        float(-(ADVANTAGES[:, None] * mask).sum() / mask.sum()), rel=1e-5, abs=1e-6
+    )

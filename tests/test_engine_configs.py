@@ -17,7 +17,9 @@ def _engine(*configs: str, extra: tuple[str, ...] = ()):
     args = []
     for config in configs:
         args += ["--config", str(REPO / "configs" / config)]
-    cli = LitePPOCLI(LitePPO, MathDataModule, args=[*args, *extra], run=False, trainer_defaults={**TRAINER_DEFAULTS, "logger": False})
+    cli = LitePPOCLI(
+        LitePPO, MathDataModule, args=[*args, *extra], run=False, trainer_defaults={**TRAINER_DEFAULTS, "logger": False}
+    )
     rollouts = [cb for cb in cli.trainer.callbacks if isinstance(cb, Rollout)]
     assert len(rollouts) == 1
     return rollouts[0].engine
@@ -28,21 +30,35 @@ def test_vllm_cpu_config():
     assert isinstance(engine, VLLMEngine)
     # float32 like the trainer (drift at kernel noise), eager, a CPU KV cache, trainer log-probs
     assert (engine.dtype, engine.enforce_eager, engine.kv_cache_space_gib) == ("float32", True, 1.0)
-    assert (engine.logprobs_mode, engine.return_logprobs, engine.enable_sleep_mode, engine.tensor_parallel_size) == ("trainer", True, False, 1)
+    assert (engine.logprobs_mode, engine.return_logprobs, engine.enable_sleep_mode, engine.tensor_parallel_size) == (
+        "trainer",
+        True,
+        False,
+        1,
+    )
     assert engine.llm is None  # built lazily at the first rollout
 
 
 def test_vllm_gpu_config():
     engine = _engine("recipes/lite_ppo.yaml", "models/tiny.yaml", "engines/vllm_gpu.yaml")
     assert isinstance(engine, VLLMEngine)
-    assert (engine.dtype, engine.enforce_eager, engine.gpu_memory_utilization, engine.enable_sleep_mode) == ("bfloat16", False, 0.5, True)
+    assert (engine.dtype, engine.enforce_eager, engine.gpu_memory_utilization, engine.enable_sleep_mode) == (
+        "bfloat16",
+        False,
+        0.5,
+        True,
+    )
     assert engine.tensor_parallel_size == 1 and engine.kv_cache_space_gib is None
 
 
 @pytest.mark.parametrize("order", ["engine_last", "engine_then_model"])
 def test_hf_config_and_switching_back(order):
     configs = ["recipes/lite_ppo.yaml", "engines/vllm_cpu.yaml", "engines/hf.yaml"]
-    engine = _engine(*configs, "models/tiny.yaml") if order == "engine_then_model" else _engine("recipes/lite_ppo.yaml", "models/tiny.yaml", "engines/hf.yaml")
+    engine = (
+        _engine(*configs, "models/tiny.yaml")
+        if order == "engine_then_model"
+        else _engine("recipes/lite_ppo.yaml", "models/tiny.yaml", "engines/hf.yaml")
+    )
     assert isinstance(engine, HFEngine)
     # the model file's own engine line (HFEngine, batch_size 8) wins when it comes last
     assert engine.batch_size == (8 if order == "engine_then_model" else 16)
@@ -61,16 +77,32 @@ def test_vllm_gpu_config_keeps_the_model_files_engine_limits(capsys):
     from lite_ppo.cli import main
 
     with pytest.raises(SystemExit):
-        main(["fit", "--config", str(REPO / "configs/recipes/lite_ppo.yaml"), "--config", str(REPO / "configs/models/qwen3_4b_base.yaml"),
-              "--config", str(REPO / "configs/engines/vllm_gpu.yaml"), "--print_config"])
+        main(
+            [
+                "fit",
+                "--config",
+                str(REPO / "configs/recipes/lite_ppo.yaml"),
+                "--config",
+                str(REPO / "configs/models/qwen3_4b_base.yaml"),
+                "--config",
+                str(REPO / "configs/engines/vllm_gpu.yaml"),
+                "--print_config",
+            ]
+        )
     engine = yaml.safe_load(capsys.readouterr().out)["rollout"]["engine"]["init_args"]
     assert (engine["gpu_memory_utilization"], engine["max_model_len"]) == (0.4, 10240)  # the model file's
-    assert (engine["enable_sleep_mode"], engine["enforce_eager"], engine["dtype"]) == (True, False, "bfloat16")  # the engine file's
+    assert (engine["enable_sleep_mode"], engine["enforce_eager"], engine["dtype"]) == (
+        True,
+        False,
+        "bfloat16",
+    )  # the engine file's
 
 
 def test_engine_fields_override_from_the_command_line():
     engine = _engine(
-        "recipes/lite_ppo.yaml", "models/tiny.yaml", "engines/vllm_cpu.yaml",
+        "recipes/lite_ppo.yaml",
+        "models/tiny.yaml",
+        "engines/vllm_cpu.yaml",
         extra=("--rollout.engine.init_args.kv_cache_space_gib=0.5", "--rollout.engine.init_args.dtype=bfloat16"),
     )
     assert (engine.kv_cache_space_gib, engine.dtype) == (0.5, "bfloat16")

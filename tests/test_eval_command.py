@@ -37,12 +37,18 @@ def _first_ids(path: Path, n: int) -> list[str]:
 def test_evaluate_tiny_model_on_every_benchmark(tmp_path, tiny_model_path, shared_data):
     out = tmp_path / "out"
     _evaluate(
-        "--model", tiny_model_path,
-        "--benchmarks", str(REPO / "configs/eval/benchmarks.yaml"),
-        "--data-dir", str(shared_data / "eval"),
-        "--out", str(out),
-        "--limit", str(LIMIT),
-        "--max-new-tokens", "8",
+        "--model",
+        tiny_model_path,
+        "--benchmarks",
+        str(REPO / "configs/eval/benchmarks.yaml"),
+        "--data-dir",
+        str(shared_data / "eval"),
+        "--out",
+        str(out),
+        "--limit",
+        str(LIMIT),
+        "--max-new-tokens",
+        "8",
     )
     metrics, records, markdown = _read(out)
     names = [s.name for s in DEFAULT_BENCHMARKS]
@@ -53,7 +59,18 @@ def test_evaluate_tiny_model_on_every_benchmark(tmp_path, tiny_model_path, share
     by_benchmark = defaultdict(list)
     for record in records:
         by_benchmark[record["benchmark"]].append(record)
-        assert set(record) >= {"id", "benchmark", "prompt", "response", "answer", "extracted", "status", "correct", "length", "truncated"}
+        assert set(record) >= {
+            "id",
+            "benchmark",
+            "prompt",
+            "response",
+            "answer",
+            "extracted",
+            "status",
+            "correct",
+            "length",
+            "truncated",
+        }
         assert record["correct"] == (record["status"] == "correct")
         assert 1 <= record["length"] <= 8
         assert "Please reason step by step" in record["prompt"]  # the training prompt template
@@ -78,17 +95,32 @@ def test_evaluate_tiny_model_on_every_benchmark(tmp_path, tiny_model_path, share
 def test_evaluate_sampled_reports_mean_and_pass_at_k(tmp_path, tiny_model_path, shared_data):
     out = tmp_path / "out"
     _evaluate(
-        "--model", "builtin:tiny",
-        "--benchmarks", "gsm8k,amc23",
-        "--data-dir", str(shared_data / "eval"),
-        "--out", str(out),
-        "--limit", "2",
-        "--n", "4",
-        "--temperature", "1.0",
-        "--max-new-tokens", "4",
+        "--model",
+        "builtin:tiny",
+        "--benchmarks",
+        "gsm8k,amc23",
+        "--data-dir",
+        str(shared_data / "eval"),
+        "--out",
+        str(out),
+        "--limit",
+        "2",
+        "--n",
+        "4",
+        "--temperature",
+        "1.0",
+        "--max-new-tokens",
+        "4",
     )
     metrics, records, _ = _read(out)
-    assert metrics["sampling"] == {"n": 4, "greedy": False, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 4}
+    assert metrics["sampling"] == {
+        "n": 4,
+        "greedy": False,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "max_new_tokens": 4,
+    }
     for name in ("gsm8k", "amc23"):
         m = metrics["benchmarks"][name]
         rows = [r for r in records if r["benchmark"] == name]
@@ -119,7 +151,20 @@ def test_evaluate_loads_lightning_checkpoint_weights(tmp_path, tiny_model_path, 
     for (name, a), b in zip(module.policy.state_dict().items(), loaded.policy.state_dict().values()):
         assert torch.equal(a, b), name
 
-    _evaluate("--model", str(ckpt), "--benchmarks", "aime25", "--data-dir", str(shared_data / "eval"), "--out", str(tmp_path / "o"), "--limit", "1", "--max-new-tokens", "4")
+    _evaluate(
+        "--model",
+        str(ckpt),
+        "--benchmarks",
+        "aime25",
+        "--data-dir",
+        str(shared_data / "eval"),
+        "--out",
+        str(tmp_path / "o"),
+        "--limit",
+        "1",
+        "--max-new-tokens",
+        "4",
+    )
     metrics, records, _ = _read(tmp_path / "o")
     assert metrics["model"] == str(ckpt) and len(records) == 1
 
@@ -131,18 +176,24 @@ def test_vllm_engine_runs_in_the_policy_dtype(tmp_path):
     """vLLM's own "auto" runs a float32 checkpoint in bfloat16; the command's engine must compute in
     the dtype the policy is loaded in (--dtype), unless a config names the engine (its dtype wins)."""
     pytest.importorskip("vllm")
-    from lite_ppo.evaluation.command import _engine, build_parser
+    from lite_ppo.errors import UserError
+    from lite_ppo.evaluation.command import build_parser, rollout_from_args
 
-    def engine(*extra: str, section=None):
-        args = build_parser().parse_args(["--model", "builtin:tiny", "--out", str(tmp_path), "--engine", "vllm", *extra])
-        return _engine("vllm", section or {}, args)
+    def engine(*extra: str):
+        args = build_parser().parse_args(
+            ["--model", "builtin:tiny", "--out", str(tmp_path), "--engine", "vllm", *extra]
+        )
+        return rollout_from_args(args)[0].engine
 
     assert engine().dtype == "float32"  # the command's default policy dtype
     assert engine("--dtype", "bfloat16").dtype == "bfloat16"
-    with pytest.raises(SystemExit, match="float16 is not supported by the vLLM engine"):
+    with pytest.raises(UserError, match="float16 is not supported by the vLLM engine"):
         engine("--dtype", "float16")
-    configured = {"engine": {"class_path": "lite_ppo.rollout.VLLMEngine", "init_args": {"dtype": "bfloat16"}}}
-    assert engine(section=configured).dtype == "bfloat16"
+    configured = tmp_path / "vllm.yaml"
+    configured.write_text(
+        "rollout:\n  engine: {class_path: lite_ppo.rollout.VLLMEngine, init_args: {dtype: bfloat16}}\n"
+    )
+    assert engine("--config", str(configured)).dtype == "bfloat16"
 
 
 def test_evaluate_fails_before_loading_a_model_on_a_bad_file(tmp_path, capsys):
@@ -151,15 +202,44 @@ def test_evaluate_fails_before_loading_a_model_on_a_bad_file(tmp_path, capsys):
     cfg.write_text("benchmarks:\n  - {name: bad, file: bad.jsonl}\n")
     # Data errors are user errors: one line naming file, line and field, exit 2, no traceback.
     with pytest.raises(SystemExit) as exit_info:
-        main(["evaluate", "--model", "/nonexistent", "--benchmarks", str(cfg), "--data-dir", str(tmp_path), "--out", str(tmp_path / "o")])
+        main(
+            [
+                "evaluate",
+                "--model",
+                "/nonexistent",
+                "--benchmarks",
+                str(cfg),
+                "--data-dir",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
     assert exit_info.value.code == 2
     assert "bad.jsonl:1: field 'answer' is empty" in capsys.readouterr().err
     # A registered set that is neither in --data-dir, shipped nor cached: named, with the fetch command.
     with pytest.raises(SystemExit) as exit_info:
-        main(["evaluate", "--model", "/nonexistent", "--benchmarks", "aime24", "--data-dir", str(tmp_path), "--out", str(tmp_path / "o")])
+        main(
+            [
+                "evaluate",
+                "--model",
+                "/nonexistent",
+                "--benchmarks",
+                "aime24",
+                "--data-dir",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "'aime24'" in err and "`lite-ppo data fetch aime24`" in err and "aime24.jsonl" in err and len(err.strip().splitlines()) == 1
+    assert (
+        "'aime24'" in err
+        and "`lite-ppo data fetch aime24`" in err
+        and "aime24.jsonl" in err
+        and len(err.strip().splitlines()) == 1
+    )
 
 
 def test_evaluate_uses_training_config_prompt_and_reward(tmp_path, tiny_model_path, shared_data):
@@ -170,11 +250,87 @@ def test_evaluate_uses_training_config_prompt_and_reward(tmp_path, tiny_model_pa
         "  reward: {require_boxed: true, timeout_seconds: 2}\n"
         "  eval_sampling: {n: 1, greedy: true, max_new_tokens: 3}\n"
     )
-    _evaluate("--model", tiny_model_path, "--config", str(cfg), "--benchmarks", "gsm8k", "--data-dir", str(shared_data / "eval"), "--out", str(tmp_path / "o"), "--limit", "1")
+    _evaluate(
+        "--model",
+        tiny_model_path,
+        "--config",
+        str(cfg),
+        "--benchmarks",
+        "gsm8k",
+        "--data-dir",
+        str(shared_data / "eval"),
+        "--out",
+        str(tmp_path / "o"),
+        "--limit",
+        "1",
+    )
     metrics, records, _ = _read(tmp_path / "o")
     assert metrics["prompt"]["style"] == "plain" and records[0]["prompt"].endswith("Box the answer.\nAnswer:")
     assert metrics["reward"]["require_boxed"] is True and metrics["sampling"]["max_new_tokens"] == 3
     assert records[0]["status"] == "no_box"
+
+
+def test_evaluate_config_section_has_the_rollout_callbacks_arguments():
+    """``--config`` reads ``rollout:`` with the types fit reads it with: the keys, defaults and type
+    hints of ``lite_ppo.callbacks.Rollout``'s arguments."""
+    import inspect
+    import typing
+
+    from lite_ppo.callbacks import Rollout
+    from lite_ppo.evaluation.command import rollout_section_parser
+
+    parser = rollout_section_parser()
+    keys = {a.dest.removeprefix("rollout."): a for a in parser._actions if a.dest.startswith("rollout.")}
+    actions = {key: action for key, action in keys.items() if "." not in key}  # not the nested ".help" actions
+    params = {name: p for name, p in inspect.signature(Rollout.__init__).parameters.items() if name != "self"}
+    hints = typing.get_type_hints(Rollout.__init__)
+    assert set(actions) == set(params)
+    for name, param in params.items():
+        assert actions[name].default == param.default, name
+        assert actions[name]._typehint == hints[name], name  # jsonargparse keeps the type an argument was declared with
+
+
+def test_evaluate_config_reads_a_training_config_as_fit_does(tmp_path):
+    """Two training YAMLs (recipe + model, with trainer/model/data sections): later files win key by
+    key, and a ``class_path`` engine keeps its class when the next file sets one of its arguments."""
+    from lite_ppo.evaluation.command import build_parser, rollout_from_args
+    from lite_ppo.rollout.hf import HFEngine
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "trainer: {max_steps: 3}\nmodel: {lr: 1.0e-6}\ndata: {prompts_per_step: 4}\n"
+        "rollout:\n  seed: 7\n  max_refill_rounds: 2\n"
+        "  engine: {class_path: lite_ppo.rollout.HFEngine, init_args: {batch_size: 3}}\n"
+        "  prompt: {style: plain, instruction: 'Box it.'}\n  reward: {timeout_seconds: 2}\n"
+        "  eval_sampling: {n: 2, temperature: 0.5, max_new_tokens: 9}\n"
+    )
+    model = tmp_path / "model.yaml"
+    model.write_text(
+        "rollout:\n  engine: {init_args: {batch_size: 5}}\n  reward: {require_boxed: true}\n"
+        "  eval_sampling: {max_new_tokens: 11}\n"
+    )
+    configs = ["--config", str(recipe), "--config", str(model)]
+    args = build_parser().parse_args(["--model", "m", "--out", str(tmp_path), *configs])
+    producer, sampling = rollout_from_args(args)
+    assert isinstance(producer.engine, HFEngine) and producer.engine.batch_size == 5
+    assert (producer.prompt.style, producer.prompt.instruction) == ("plain", "Box it.")
+    assert (producer.reward.require_boxed, producer.reward.timeout_seconds) == (True, 2.0)
+    assert (sampling.n, sampling.temperature, sampling.max_new_tokens, sampling.greedy) == (2, 0.5, 11, False)
+
+
+def test_evaluate_config_typo_is_one_line(tmp_path, capsys):
+    """A misspelt key of the ``rollout:`` section fails in one line naming it (as it does for fit),
+    instead of being ignored."""
+    from lite_ppo.cli import main as cli_main
+
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("rollout:\n  eval_samplin: {n: 4}\n")
+    with pytest.raises(SystemExit) as exit_info:
+        out = str(tmp_path / "o")
+        cli_main(["evaluate", "--model", "/nonexistent", "--benchmarks", "gsm8k", "--out", out, "--config", str(typo)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "rollout.eval_samplin" in err and str(typo) in err
 
 
 # Issue 6 asks for the first 50 problems; 50 x 256 greedy tokens took about 8 minutes on the shared
@@ -197,14 +353,32 @@ def test_smollm2_gsm8k_accuracy_matches_direct_math_verify(tmp_path, shared_data
 
     model = resolve_model("builtin:smollm2-135m-instruct")
     out = tmp_path / "out"
-    _evaluate("--model", model, "--benchmarks", "gsm8k", "--data-dir", str(shared_data / "eval"), "--out", str(out), "--limit", str(n), "--max-new-tokens", "256", "--engine", engine)
+    _evaluate(
+        "--model",
+        model,
+        "--benchmarks",
+        "gsm8k",
+        "--data-dir",
+        str(shared_data / "eval"),
+        "--out",
+        str(out),
+        "--limit",
+        str(n),
+        "--max-new-tokens",
+        "256",
+        "--engine",
+        engine,
+    )
     metrics, records, _ = _read(out)
     assert len(records) == n
 
     # The independent check: gold answers from the data file, math-verify's own defaults.
     from math_verify import parse, verify
 
-    gold = {json.loads(line)["id"]: json.loads(line)["answer"] for line in (shared_data / "eval/gsm8k_test.jsonl").read_text().splitlines()[:n]}
+    gold = {
+        json.loads(line)["id"]: json.loads(line)["answer"]
+        for line in (shared_data / "eval/gsm8k_test.jsonl").read_text().splitlines()[:n]
+    }
     verdicts = {r["id"]: bool(verify(parse("$" + gold[r["id"]] + "$"), parse(r["response"]))) for r in records}
     assert set(verdicts) == set(gold)
     direct_accuracy = sum(verdicts.values()) / len(verdicts)

@@ -5,17 +5,15 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import socket
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from conftest import REPO, read_scalars
-from lite_ppo.callbacks.rollout import Rollout
+from conftest import REPO, read_scalars, tiny_fit_args
 from lite_ppo.data import DataFormatError, Problem
+from lite_ppo.data.validation import problem_set_batches
 from lite_ppo.evaluation import (
     DEFAULT_BENCHMARKS,
     BenchmarkSpec,
@@ -32,9 +30,9 @@ from lite_ppo.evaluation import (
     response_records,
     status_indices,
 )
-from lite_ppo.evaluation.data import benchmark_items
 from lite_ppo.evaluation.report import markdown_table, text_table
 from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig
+from lite_ppo.rollout.producer import RolloutProducer
 
 
 # ---------------------------------------------------------------------------- pass@k
@@ -83,7 +81,7 @@ class ScriptedEngine(RolloutEngine):
                 ids = self.tokenizer.encode(text, add_special_tokens=False)
                 group.append(Generation(ids + [self.tokenizer.eos_token_id] if finished else ids, finished))
             out.append(group)
-        self.script = self.script[len(prompt_token_ids):]
+        self.script = self.script[len(prompt_token_ids) :]
         return out
 
 
@@ -95,9 +93,11 @@ def tiny_tokenizer(tiny_model_path):
 
 
 def _scripted_rollout(tokenizer, problems, script, n):
-    module = SimpleNamespace(tokenizer=tokenizer, policy=None, model_path="", policy_version=0, device=torch.device("cpu"))
-    rollout = Rollout(engine=ScriptedEngine(script), eval_sampling=SamplingConfig(n=n, greedy=True, max_new_tokens=64))
-    batch, _ = rollout.make_rollout(module, problems, rollout.eval_sampling, seed=0)
+    module = SimpleNamespace(
+        tokenizer=tokenizer, policy=None, model_path="", policy_version=0, device=torch.device("cpu")
+    )
+    producer = RolloutProducer(engine=ScriptedEngine(script))
+    batch, _ = producer.produce(module, problems, SamplingConfig(n=n, greedy=True, max_new_tokens=64), seed=0)
     return batch
 
 
@@ -142,8 +142,16 @@ def test_padding_rows_are_not_counted(tiny_tokenizer):
 
 def test_eval_metric_accumulates_and_checks_shapes():
     metric = EvalMetric(num_samples=4, ks=[1, 2, 4])
-    metric.update(status_indices([["correct", "wrong", "wrong", "wrong"]]), torch.full((1, 4), 10), torch.zeros(1, 4, dtype=torch.bool))
-    metric.update(status_indices([["timeout", "error", "no_box", "correct"]]), torch.full((1, 4), 30), torch.ones(1, 4, dtype=torch.bool))
+    metric.update(
+        status_indices([["correct", "wrong", "wrong", "wrong"]]),
+        torch.full((1, 4), 10),
+        torch.zeros(1, 4, dtype=torch.bool),
+    )
+    metric.update(
+        status_indices([["timeout", "error", "no_box", "correct"]]),
+        torch.full((1, 4), 30),
+        torch.ones(1, 4, dtype=torch.bool),
+    )
     out = metric.compute()
     assert float(out["accuracy"]) == pytest.approx(2 / 8)
     assert float(out["pass@1"]) == pytest.approx(0.25)
@@ -178,7 +186,11 @@ def test_average_unweighted_and_weighted_by_hand():
 
 def test_group_metrics_average_excludes_benchmarks_outside_the_average():
     metrics = GroupMetrics(["x", "y", "gsm"], averaged=["x", "y"])
-    metrics.update_records("x", [{"status": "correct", "length": 1, "truncated": False}] * 3 + [{"status": "wrong", "length": 1, "truncated": False}])
+    metrics.update_records(
+        "x",
+        [{"status": "correct", "length": 1, "truncated": False}] * 3
+        + [{"status": "wrong", "length": 1, "truncated": False}],
+    )
     metrics.update_records("y", [{"status": "wrong", "length": 1, "truncated": False}] * 2)
     metrics.update_records("gsm", [{"status": "correct", "length": 1, "truncated": False}] * 5)
     results = metrics.compute()
@@ -215,7 +227,13 @@ def test_registry_and_shipped_yaml_agree():
     assert data_dir is None  # never ship a data location
     assert specs == list(DEFAULT_BENCHMARKS)
     assert [s.file for s in specs] == [
-        "math500.jsonl", "aime24.jsonl", "aime25.jsonl", "amc23.jsonl", "minerva_math.jsonl", "olympiadbench.jsonl", "gsm8k_test.jsonl",
+        "math500.jsonl",
+        "aime24.jsonl",
+        "aime25.jsonl",
+        "amc23.jsonl",
+        "minerva_math.jsonl",
+        "olympiadbench.jsonl",
+        "gsm8k_test.jsonl",
     ]
     assert [s.name for s in specs if not s.in_average] == ["gsm8k"]
 
@@ -223,9 +241,19 @@ def test_registry_and_shipped_yaml_agree():
 def test_every_shared_benchmark_file_loads(shared_data):
     loaded = load_benchmarks(DEFAULT_BENCHMARKS, shared_data / "eval")
     counts = {spec.name: len(problems) for spec, problems in loaded}
-    assert counts == {"math500": 500, "aime24": 30, "aime25": 30, "amc23": 40, "minerva_math": 272, "olympiadbench": 675, "gsm8k": 1319}
+    assert counts == {
+        "math500": 500,
+        "aime24": 30,
+        "aime25": 30,
+        "amc23": 40,
+        "minerva_math": 272,
+        "olympiadbench": 675,
+        "gsm8k": 1319,
+    }
     limited = load_benchmarks(apply_limit(DEFAULT_BENCHMARKS, 3), shared_data / "eval")
-    first_gsm8k = [json.loads(line)["id"] for line in (shared_data / "eval/gsm8k_test.jsonl").read_text().splitlines()[:3]]
+    first_gsm8k = [
+        json.loads(line)["id"] for line in (shared_data / "eval/gsm8k_test.jsonl").read_text().splitlines()[:3]
+    ]
     assert [p.id for p in limited[-1][1]] == first_gsm8k
     assert all(p.tier == "gsm8k" for p in limited[-1][1])
 
@@ -234,11 +262,18 @@ def test_config_forms_and_limits(tmp_path):
     specs, _ = load_benchmark_config("aime24, gsm8k")
     assert [s.name for s in specs] == ["aime24", "gsm8k"]
     cfg = tmp_path / "b.yaml"
-    cfg.write_text("data_dir: /somewhere\nbenchmarks:\n  - {name: gsm8k, limit: 50}\n  - {name: mine, file: my.jsonl, title: Mine}\n")
+    cfg.write_text(
+        "data_dir: /somewhere\nbenchmarks:\n  - {name: gsm8k, "
+        "limit: 50}\n  - {name: mine, file: my.jsonl, title: Mine}\n"
+    )
     specs, data_dir = load_benchmark_config(cfg)
     assert data_dir == "/somewhere"
     assert specs[0] == BenchmarkSpec("gsm8k", "gsm8k_test.jsonl", "GSM8K", limit=50, in_average=False, dataset="gsm8k")
-    assert apply_limit(specs, 20)[0].limit == 20 and apply_limit(specs, 100)[0].limit == 50 and apply_limit(specs, 20)[1].limit == 20
+    assert (
+        apply_limit(specs, 20)[0].limit == 20
+        and apply_limit(specs, 100)[0].limit == 50
+        and apply_limit(specs, 20)[1].limit == 20
+    )
 
 
 @pytest.mark.parametrize(
@@ -285,9 +320,8 @@ def test_data_dir_precedence(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_benchmark_batches_cover_every_problem_once_across_ranks(world):
-    spec = BenchmarkSpec("b", "b.jsonl")
     problems = [Problem(str(i), "q", "1", "b") for i in range(7)]
-    per_rank = [benchmark_items([(spec, problems)], batch_size=4, rank=r, world_size=world) for r in range(world)]
+    per_rank = [problem_set_batches([("b", problems)], batch_size=4, rank=r, world_size=world) for r in range(world)]
     assert len({len(items) for items in per_rank}) == 1  # ranks stay in step
     counted = [p.id for items in per_rank for it in items for p, ok in zip(it["problems"], it["valid"]) if ok]
     assert sorted(counted, key=int) == [str(i) for i in range(7)]
@@ -299,13 +333,8 @@ def test_evaluation_callback_in_fit_logs_per_benchmark_and_before_after(tmp_path
     from lite_ppo.cli import main
 
     main(
-        [
-            "fit",
-            "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
-            "--config", str(REPO / "configs/models/tiny.yaml"),
-            "--trainer.default_root_dir", str(tmp_path),
-            "--trainer.logger.init_args.save_dir", str(tmp_path / "tb"),
-            "--trainer.logger.init_args.version", "run",
+        tiny_fit_args(
+            tmp_path,
             "--trainer.enable_progress_bar=false",
             "--trainer.val_check_interval=2",
             "--trainer.callbacks+=lite_ppo.callbacks.Evaluation",
@@ -316,11 +345,19 @@ def test_evaluation_callback_in_fit_logs_per_benchmark_and_before_after(tmp_path
             "--trainer.callbacks.evaluate_before_training=true",
             f"--trainer.callbacks.output_dir={tmp_path / 'evals'}",
             "--data.val_size=2",
-        ]
+        )
     )
     scalars = read_scalars(tmp_path / "tb")
-    for tag in ("eval/gsm8k/accuracy", "eval/aime24/accuracy", "eval/average/accuracy", "eval/weighted_average/accuracy",
-                "eval/gsm8k/truncation_rate", "eval/gsm8k/unparsed_rate", "eval/gsm8k/response_length", "val/easy/accuracy"):
+    for tag in (
+        "eval/gsm8k/accuracy",
+        "eval/aime24/accuracy",
+        "eval/average/accuracy",
+        "eval/weighted_average/accuracy",
+        "eval/gsm8k/truncation_rate",
+        "eval/gsm8k/unparsed_rate",
+        "eval/gsm8k/response_length",
+        "val/easy/accuracy",
+    ):
         assert tag in scalars, f"missing {tag}; have {sorted(k for k in scalars if k.startswith(('eval', 'val')))}"
         # before training (step 0) and after 2 training steps (val_check_interval=2 of 3 steps)
         assert [step for step, _ in scalars[tag]] == [0, 2], tag
@@ -364,3 +401,39 @@ def test_no_before_after_table_without_an_evaluation_before_training(capsys):
     callback.history = [{"step": 6, "results": {"groups": {}}, "tiers": {"groups": {"easy": {"accuracy": 0.42}}}}]
     callback.on_fit_end(SimpleNamespace(is_global_zero=True), None)
     assert capsys.readouterr().out == ""
+
+
+def test_evaluation_setup_configures_the_data_module_and_patches_nothing(tmp_path):
+    """``setup`` hands the benchmarks to ``MathDataModule.configure_validation`` (no replaced
+    ``val_dataloader``, no trainer setting changed); with ``evaluate_before_training`` it asks for
+    ``num_sanity_val_steps=-1`` rather than setting it."""
+    from lite_ppo.callbacks import Evaluation, Rollout
+    from lite_ppo.data import MathDataModule
+    from lite_ppo.errors import UserError
+
+    bench = tmp_path / "mini.jsonl"
+    rows = [{"id": f"m{i}", "problem": f"{i} + 1?", "answer": str(i + 1), "source": "mini"} for i in range(3)]
+    bench.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    dm = MathDataModule(prompts_per_step=4, val_size=1)
+    dm.setup("validate")
+    trainer = SimpleNamespace(
+        callbacks=[Rollout(engine=ScriptedEngine([]))],
+        datamodule=dm,
+        num_sanity_val_steps=0,
+        fast_dev_run=False,
+        global_rank=0,
+        world_size=1,
+    )
+    dm.trainer = trainer
+    evaluation = Evaluation(benchmarks=[{"name": "mini", "file": str(bench)}], batch_size=2)
+    evaluation.setup(trainer, None, "validate")
+    assert "val_dataloader" not in vars(dm) and trainer.num_sanity_val_steps == 0
+    served = [(item.get("benchmark"), len(item["problems"])) for item in dm.val_dataloader()]
+    assert served == [(None, 3), ("mini", 2), ("mini", 1)]
+    assert evaluation.tier_metrics.groups == ["easy", "medium", "hard"]
+
+    before = Evaluation(benchmarks=[], evaluate_before_training=True)
+    with pytest.raises(UserError, match="num_sanity_val_steps=-1"):
+        before.setup(trainer, None, "fit")
+    trainer.num_sanity_val_steps = float("inf")  # what Trainer(num_sanity_val_steps=-1) holds
+    before.setup(trainer, None, "fit")

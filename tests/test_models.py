@@ -142,9 +142,7 @@ def test_registry_builds_once_and_reuses(tmp_path: Path, monkeypatch: pytest.Mon
     tok = AutoTokenizer.from_pretrained(path)
     assert tok.decode(tok(MATH)["input_ids"]) == MATH
     # Nothing temporary is left next to the build.
-    assert sorted(p.name for p in (tmp_path / "cache" / "models").iterdir() if not p.name.endswith(".lock")) == [
-        "tiny"
-    ]
+    assert sorted(p.name for p in (tmp_path / "cache" / "models").iterdir() if not p.name.endswith(".lock")) == ["tiny"]
 
 
 def _fake_builtin(calls: list[str], version: int = 1, fail: bool = False) -> Builtin:

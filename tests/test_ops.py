@@ -51,7 +51,9 @@ def test_every_scope_pair_matches_hand_computation(scopes):
 
 
 def test_lite_ppo_mixed_normalization_uses_passed_global_batch_stats():
-    got = normalized_advantages(REWARDS, GROUPS, "group", "batch", eps=0.0, batch_stats=(torch.tensor(0.0), torch.tensor(2.0)))
+    got = normalized_advantages(
+        REWARDS, GROUPS, "group", "batch", eps=0.0, batch_stats=(torch.tensor(0.0), torch.tensor(2.0))
+    )
     torch.testing.assert_close(got, torch.tensor([2 / 3, -1 / 3, -1 / 3, 1 / 3, 1 / 3, -2 / 3]) / 2)
 
 
@@ -105,7 +107,9 @@ def test_token_equals_sequence_aggregation_when_lengths_are_equal(rows, length, 
     loss = torch.randn(rows, length + 3, generator=g)
     mask = torch.zeros(rows, length + 3)
     mask[:, :length] = 1
-    torch.testing.assert_close(aggregate_loss(loss, mask, "token-mean"), aggregate_loss(loss, mask, "seq-mean-token-mean"))
+    torch.testing.assert_close(
+        aggregate_loss(loss, mask, "token-mean"), aggregate_loss(loss, mask, "seq-mean-token-mean")
+    )
 
 
 # -- clipped surrogate -------------------------------------------------------------------------------
@@ -157,7 +161,11 @@ def test_clip_fractions_by_hand():
 @given(st.integers(1, 5), st.integers(1, 6), st.integers(0, 10_000), st.floats(0.05, 0.3))
 def test_clip_higher_with_equal_eps_is_symmetric_clipping(rows, length, seed, eps):
     g = torch.Generator().manual_seed(seed)
-    new, old, adv = torch.randn(rows, length, generator=g) * 0.3, torch.randn(rows, length, generator=g) * 0.3, torch.randn(rows, generator=g)
+    new, old, adv = (
+        torch.randn(rows, length, generator=g) * 0.3,
+        torch.randn(rows, length, generator=g) * 0.3,
+        torch.randn(rows, generator=g),
+    )
     a, _ = clipped_surrogate(new, old, adv, clip_low=eps, clip_high=eps)
     # Independent form of symmetric PPO: max(-rho A, -clip(rho, 1-eps, 1+eps) A)
     rho = torch.exp(new - old)
@@ -200,7 +208,9 @@ def test_positive_affine_reward_transform_leaves_z_scores_unchanged(r0, r1, a, b
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.floats(-3, 3), min_size=1, max_size=4), st.integers(1, 6), st.sampled_from(["group", "batch", "none"]))
+@given(
+    st.lists(st.floats(-3, 3), min_size=1, max_size=4), st.integers(1, 6), st.sampled_from(["group", "batch", "none"])
+)
 def test_all_equal_groups_get_zero_advantage_under_group_centring(values, size, std_scope):
     rewards = torch.tensor([v for v in values for _ in range(size)])
     groups = torch.arange(len(values)).repeat_interleave(size)

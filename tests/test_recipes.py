@@ -15,8 +15,8 @@ import torch
 
 from conftest import REPO, read_scalars
 from lite_ppo.cli import main
-from lite_ppo.hooks import Technique
 from lite_ppo.rewards import MathVerifyReward, RewardResult
+from lite_ppo.technique import Technique
 
 pytestmark = pytest.mark.slow
 
@@ -42,13 +42,19 @@ class Recorder(Technique):
         Recorder.generated += batch.num_responses  # every generation round, before dynamic sampling
 
     def on_update_end(self, trainer, module, batch, stats) -> None:
-        statuses = batch.extras["reward_status"]
+        statuses = batch.reward_status
         groups = {}
         for g, s in zip(batch.group_ids.tolist(), statuses):
             groups.setdefault(g, set()).add(s == "correct")
         Recorder.seen.append(
-            {"config": module.loss_config, "responses": batch.num_responses, "dropped": Recorder.generated - batch.num_responses, "mixed": [len(v) == 2 for v in groups.values()],
-             "advantages": batch.advantages.clone(), "rewards": batch.rewards.clone()}
+            {
+                "config": module.loss_config,
+                "responses": batch.num_responses,
+                "dropped": Recorder.generated - batch.num_responses,
+                "mixed": [len(v) == 2 for v in groups.values()],
+                "advantages": batch.advantages.clone(),
+                "rewards": batch.rewards.clone(),
+            }
         )
         Recorder.generated = 0
 
@@ -58,13 +64,20 @@ def fit(tmp: Path, recipe: str, *extra: str) -> dict[str, list[tuple[int, float]
     main(
         [
             "fit",
-            "--config", str(REPO / f"configs/recipes/{recipe}.yaml"),
-            "--config", str(REPO / "configs/models/tiny.yaml"),
-            "--data.steps_per_epoch", "2",
-            "--trainer.default_root_dir", str(tmp),
-            "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
-            "--trainer.logger.init_args.version", "run",
-            "--rollout.reward", "test_recipes.CoinFlipReward",
+            "--config",
+            str(REPO / f"configs/recipes/{recipe}.yaml"),
+            "--config",
+            str(REPO / "configs/models/tiny.yaml"),
+            "--data.steps_per_epoch",
+            "2",
+            "--trainer.default_root_dir",
+            str(tmp),
+            "--trainer.logger.init_args.save_dir",
+            str(tmp / "tb"),
+            "--trainer.logger.init_args.version",
+            "run",
+            "--rollout.reward",
+            "test_recipes.CoinFlipReward",
             "--trainer.callbacks+=test_recipes.Recorder",
             *extra,
         ]
@@ -110,8 +123,14 @@ def test_recipe_runs_two_steps(recipe, tmp_path, tiny_model_path):
 def test_diagnostics_through_the_cli(tmp_path, tiny_model_path):
     scalars = fit(tmp_path, "lite_ppo")
     for tag in [
-        "reward/mean", "reward/accuracy", "groups/mixed", "response/length_mean", "response/truncation_rate",
-        "response/repetition_rate_truncated", "update/length_advantage_corr", "clip/upper_of_positive",
+        "reward/mean",
+        "reward/accuracy",
+        "groups/mixed",
+        "response/length_mean",
+        "response/truncation_rate",
+        "response/repetition_rate_truncated",
+        "update/length_advantage_corr",
+        "clip/upper_of_positive",
     ]:
         assert len(scalars.get(tag, [])) == 2, f"missing {tag}"
     for step, mixed in scalars["groups/mixed"]:
@@ -133,7 +152,16 @@ def test_diagnostics_through_the_cli(tmp_path, tiny_model_path):
 def test_paper_model_configs_parse(model, capsys):
     """The Qwen3 configs compose with a recipe (keys and class paths valid); they need GPUs to run."""
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(REPO / "configs/recipes/dapo.yaml"), "--config", str(REPO / f"configs/models/{model}.yaml"), "--print_config"])
+        main(
+            [
+                "fit",
+                "--config",
+                str(REPO / "configs/recipes/dapo.yaml"),
+                "--config",
+                str(REPO / f"configs/models/{model}.yaml"),
+                "--print_config",
+            ]
+        )
     assert exit_info.value.code in (0, None)
     printed = capsys.readouterr().out
     assert "deepspeed_stage_3" in printed and "bf16-mixed" in printed and "VLLMEngine" in printed

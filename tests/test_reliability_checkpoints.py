@@ -12,7 +12,12 @@ import torch
 
 from lite_ppo.errors import UserError
 from lite_ppo.reliability.checkpoint_integrity import ensure_writable
-from lite_ppo.reliability.checkpoint_io import CheckpointCorruptError, CheckpointSaveError, VerifiedCheckpointIO, checkpoint_problem
+from lite_ppo.reliability.checkpoint_io import (
+    CheckpointCorruptError,
+    CheckpointSaveError,
+    VerifiedCheckpointIO,
+    checkpoint_problem,
+)
 
 
 def _checkpoint(step: int) -> dict:
@@ -184,10 +189,17 @@ def test_fit_refuses_an_unwritable_checkpoint_folder_before_training(tmp_path, t
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
     with pytest.raises(SystemExit) as info:
-        _fit(tmp_path, blocker / "ckpt", {"class_path": "reliability_faults.StepMarker", "init_args": {"path": str(tmp_path / "steps_done")}})
+        _fit(
+            tmp_path,
+            blocker / "ckpt",
+            {"class_path": "reliability_faults.StepMarker", "init_args": {"path": str(tmp_path / "steps_done")}},
+        )
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == f"lite-ppo fit: error: checkpoint folder {blocker / 'ckpt'} is not writable (Not a directory); choose another with the ModelCheckpoint dirpath or trainer.default_root_dir"
+    assert err[-1] == (
+        f"lite-ppo fit: error: checkpoint folder {blocker / 'ckpt'} is not writable (Not a "
+        "directory); choose another with the ModelCheckpoint dirpath or trainer.default_root_dir"
+    )
     assert not (tmp_path / "steps_done").exists()  # no training step ran
 
 
@@ -195,20 +207,36 @@ def test_fit_refuses_an_unwritable_checkpoint_folder_before_training(tmp_path, t
 def test_folder_turning_read_only_mid_run_stops_the_run(tmp_path, tiny_model_path, capsys):
     ckpt = tmp_path / "ckpt"
     with pytest.raises(SystemExit) as info:
-        _fit(tmp_path, ckpt, {"class_path": "reliability_faults.DenyWritesAfter", "init_args": {"folder": str(ckpt), "step": 1}})
+        _fit(
+            tmp_path,
+            ckpt,
+            {"class_path": "reliability_faults.DenyWritesAfter", "init_args": {"folder": str(ckpt), "step": 1}},
+        )
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith(f"lite-ppo fit: error: checkpoint {ckpt}/epoch=0-step=4.ckpt could not be written: Permission denied"), err
+    assert err.startswith(
+        f"lite-ppo fit: error: checkpoint {ckpt}/epoch=0-step=4.ckpt could not be written: Permission denied"
+    ), err
     # The checkpoint of step 2 (written before the folder turned read-only) is whole and loads.
     assert VerifiedCheckpointIO().load_checkpoint(ckpt / "epoch=0-step=2.ckpt")["global_step"] == 2
-    assert sorted(p.name for p in ckpt.iterdir()) == ["epoch=0-step=2.ckpt", "epoch=0-step=2.ckpt.sha256", "last.ckpt", "last.ckpt.sha256"]
+    assert sorted(p.name for p in ckpt.iterdir()) == [
+        "epoch=0-step=2.ckpt",
+        "epoch=0-step=2.ckpt.sha256",
+        "last.ckpt",
+        "last.ckpt.sha256",
+    ]
 
 
 def test_removing_a_checkpoint_removes_its_checksum(tmp_path):
     """ModelCheckpoint(save_top_k=K, monitor="step", mode="max") deletes old checkpoints through the IO."""
     io = _save_series(tmp_path, steps=(2, 4))
     io.remove_checkpoint(tmp_path / "epoch=0-step=2.ckpt")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch=0-step=4.ckpt", "epoch=0-step=4.ckpt.sha256", "last.ckpt", "last.ckpt.sha256"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "epoch=0-step=4.ckpt",
+        "epoch=0-step=4.ckpt.sha256",
+        "last.ckpt",
+        "last.ckpt.sha256",
+    ]
 
 
 @pytest.mark.slow
@@ -222,11 +250,16 @@ def test_fit_refuses_a_torn_ckpt_path_and_names_the_good_one(tmp_path, tiny_mode
     last.write_bytes(last.read_bytes()[:1000])  # torn by a kill during a plain (non-atomic) write
     resume = [
         "fit",
-        "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
-        "--config", str(REPO / "configs/models/tiny.yaml"),
-        "--config", str(tmp_path / "faults.yaml"),
-        "--trainer.default_root_dir", str(tmp_path),
-        "--trainer.logger.init_args.save_dir", str(tmp_path / "tb"),
+        "--config",
+        str(REPO / "configs/recipes/lite_ppo.yaml"),
+        "--config",
+        str(REPO / "configs/models/tiny.yaml"),
+        "--config",
+        str(tmp_path / "faults.yaml"),
+        "--trainer.default_root_dir",
+        str(tmp_path),
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path / "tb"),
     ]
     capsys.readouterr()
     with pytest.raises(SystemExit) as info:
@@ -234,7 +267,8 @@ def test_fit_refuses_a_torn_ckpt_path_and_names_the_good_one(tmp_path, tiny_mode
     assert info.value.code == 2
     good = ckpt / "epoch=0-step=6.ckpt"
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"lite-ppo fit: error: checkpoint {last} is truncated or damaged (1000 bytes; its SHA-256 differs from the one recorded in last.ckpt.sha256); "
-        f"the newest good checkpoint beside it is {good}: resume with --ckpt_path {good}"
+        f"lite-ppo fit: error: checkpoint {last} is truncated or damaged (1000 bytes; "
+        "its SHA-256 differs from the one recorded in last.ckpt.sha256); the "
+        f"newest good checkpoint beside it is {good}: resume with --ckpt_path {good}"
     )
     main([*resume, f"--ckpt_path={good}"])  # the named one resumes (at the end of the run: nothing left to do)

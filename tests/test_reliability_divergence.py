@@ -20,7 +20,9 @@ from reliability_faults import fit_with_faults
 
 
 def _fit(tmp: Path, nan_steps: list[int], *extra: str) -> None:
-    fit_with_faults(tmp, tmp / "ckpt", [{"class_path": "reliability_faults.NaNLoss", "init_args": {"steps": nan_steps}}], *extra)
+    fit_with_faults(
+        tmp, tmp / "ckpt", [{"class_path": "reliability_faults.NaNLoss", "init_args": {"steps": nan_steps}}], *extra
+    )
 
 
 def _weights(path: Path) -> dict:
@@ -42,7 +44,9 @@ def test_nan_loss_step_is_skipped_counted_and_the_run_continues(tmp_path, tiny_m
         assert torch.equal(after_1["state_dict"][name], value), name
     for index, state in after_0["optimizer_states"][0]["state"].items():
         for key, value in state.items():
-            assert torch.equal(torch.as_tensor(after_1["optimizer_states"][0]["state"][index][key]), torch.as_tensor(value)), (index, key)
+            assert torch.equal(
+                torch.as_tensor(after_1["optimizer_states"][0]["state"][index][key]), torch.as_tensor(value)
+            ), (index, key)
     # ... but they still counted (global step and LR schedule advance as in an unfaulted run),
     assert (after_0["global_step"], after_1["global_step"], after_2["global_step"]) == (2, 4, 6)
     # and the run went on learning afterwards, with finite weights everywhere.
@@ -57,7 +61,9 @@ def test_nan_steps_in_a_row_stop_the_run_with_one_line(tmp_path, tiny_model_path
         _fit(tmp_path, [0, 1, 2], "--divergence_guard.max_consecutive_skips=3")
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("lite-ppo fit: error: divergence guard: 3 optimizer steps in a row had a non-finite loss or gradient norm")
+    assert err[-1].startswith(
+        "lite-ppo fit: error: divergence guard: 3 optimizer steps in a row had a non-finite loss or gradient norm"
+    )
     # Nothing non-finite reached a checkpoint (none was due before the stop, none written at it).
     for path in (tmp_path / "ckpt").glob("*.ckpt") if (tmp_path / "ckpt").exists() else []:
         assert all(torch.isfinite(v).all() for v in _weights(path)["state_dict"].values())
@@ -103,7 +109,11 @@ def test_skip_drops_the_gradients_and_counts():
 
 
 def test_alarms_warn_only_when_enabled_and_crossed():
-    metrics = {"policy/approx_kl": torch.tensor(3145.0), "policy/entropy": torch.tensor(0.001), "policy/ratio_max": torch.tensor(1.1)}
+    metrics = {
+        "policy/approx_kl": torch.tensor(3145.0),
+        "policy/entropy": torch.tensor(0.001),
+        "policy/ratio_max": torch.tensor(1.1),
+    }
     quiet = DivergenceGuard()
     import warnings
 

@@ -33,22 +33,40 @@ def _config(tmp: Path, ckpt_dir: Path, marker: Path) -> Path:
         {"class_path": "reliability_faults.SignedAdvantages"},
         {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "token-mean"}},
         # The shipped cadence: a periodic checkpoint every 50 optimizer steps, i.e. none in this run.
-        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": str(ckpt_dir), "save_last": True, "every_n_train_steps": 50, "save_top_k": -1}},
+        {
+            "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+            "init_args": {"dirpath": str(ckpt_dir), "save_last": True, "every_n_train_steps": 50, "save_top_k": -1},
+        },
     ]
     callbacks.append({"class_path": "reliability_faults.StepMarker", "init_args": {"path": str(marker)}})
     path = tmp / "faults.yaml"
-    path.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks, "enable_progress_bar": False, "enable_model_summary": False}, "data": {"steps_per_epoch": STEPS}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "trainer": {"callbacks": callbacks, "enable_progress_bar": False, "enable_model_summary": False},
+                "data": {"steps_per_epoch": STEPS},
+            }
+        )
+    )
     return path
 
 
 def _command(tmp: Path, config: Path, *extra: str) -> list[str]:
     return [
-        sys.executable, "-c", "import sys; from lite_ppo.commands import main; sys.exit(main())", "fit",
-        "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
-        "--config", str(REPO / "configs/models/tiny.yaml"),
-        "--config", str(config),
-        "--trainer.default_root_dir", str(tmp),
-        "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
+        sys.executable,
+        "-c",
+        "import sys; from lite_ppo.commands import main; sys.exit(main())",
+        "fit",
+        "--config",
+        str(REPO / "configs/recipes/lite_ppo.yaml"),
+        "--config",
+        str(REPO / "configs/models/tiny.yaml"),
+        "--config",
+        str(config),
+        "--trainer.default_root_dir",
+        str(tmp),
+        "--trainer.logger.init_args.save_dir",
+        str(tmp / "tb"),
         *extra,
     ]
 
@@ -77,7 +95,9 @@ def _assert_same_training_state(a: dict, b: dict) -> None:
     assert opt_a.keys() == opt_b.keys()
     for index in opt_a:
         for key in opt_a[index]:
-            assert torch.equal(torch.as_tensor(opt_a[index][key]), torch.as_tensor(opt_b[index][key])), f"optimizer state {index}/{key} differs"
+            assert torch.equal(torch.as_tensor(opt_a[index][key]), torch.as_tensor(opt_b[index][key])), (
+                f"optimizer state {index}/{key} differs"
+            )
     assert a["lr_schedulers"] == b["lr_schedulers"]
     assert a["policy_version"] == b["policy_version"]
 
@@ -99,7 +119,9 @@ def _signal_after_step(tmp: Path, signum: signal.Signals, after: int = 2) -> tup
     marker = tmp / "steps_done"
     log = tmp / "stderr.txt"  # a file, not a pipe: a full pipe would block the run while we wait
     with open(log, "w") as err, open(tmp / "stdout.txt", "w") as out:
-        proc = subprocess.Popen(_command(tmp, _config(tmp, tmp / "ckpt", marker)), env=_env(), cwd=REPO, stdout=out, stderr=err)
+        proc = subprocess.Popen(
+            _command(tmp, _config(tmp, tmp / "ckpt", marker)), env=_env(), cwd=REPO, stdout=out, stderr=err
+        )
         deadline = time.monotonic() + 600
         while not (marker.exists() and int(marker.read_text() or 0) >= after):
             assert proc.poll() is None, log.read_text()[-3000:]
@@ -117,7 +139,7 @@ def test_sigterm_mid_run_exits_143_and_resume_equals_the_uninterrupted_run(tmp_p
     done = int(marker.read_text())
     assert 2 <= done < STEPS  # it stopped early, after the step it was in
     assert _state(last)["global_step"] == 2 * done  # every finished step, nothing half-done
-    assert f"stopped by SIGTERM" in stderr and f"--ckpt_path {last}" in stderr
+    assert "stopped by SIGTERM" in stderr and f"--ckpt_path {last}" in stderr
 
     # Resume to the end: the same weights, Adam moments, schedule and policy version as never stopping.
     resumed = _run(_command(tmp_path, _config(tmp_path, tmp_path / "ckpt", marker), f"--ckpt_path={last}"))

@@ -157,7 +157,12 @@ def test_built_from_a_config_like_lightning_cli_does():
 
     parser = ArgumentParser()
     parser.add_argument("--reward", type=MathVerifyReward)
-    config = parser.parse_args(['--reward={"class_path": "lite_ppo.rewards.MathVerifyReward", "init_args": {"timeout_seconds": 2.5, "workers": 0, "batch_timeout_seconds": null}}'])
+    config = parser.parse_args(
+        [
+            '--reward={"class_path": "lite_ppo.rewards.MathVerifyReward", "init_args": {"timeout_seconds": 2.5, '
+            '"workers": 0, "batch_timeout_seconds": null}}'
+        ]
+    )
     reward = parser.instantiate_classes(config).reward
     assert (reward.timeout_seconds, reward.workers, reward.batch_timeout_seconds) == (2.5, 0, None)
 
@@ -166,12 +171,12 @@ def test_every_status_has_a_tensorboard_rate():
     """The Diagnostics callback logs ``reward/<status>_rate`` for every status, new ones included."""
     from lite_ppo import metric_names
     from lite_ppo.callbacks.diagnostics import Diagnostics
-    from lite_ppo.callbacks.rollout import build_rollout_batch
     from lite_ppo.rollout import Generation
+    from lite_ppo.rollout.producer import build_rollout_batch
 
     generations = [[Generation([5, 6], True), Generation([7], True)], [Generation([8], False), Generation([9], True)]]
     rollout = build_rollout_batch([[1, 2], [3]], generations, [0.0, 0.0, 0.0, 1.0], 0, 1.0)
-    rollout.extras["reward_status"] = ["batch_timeout", "hedged", "spoofed", "correct"]
+    rollout.reward_status = ["batch_timeout", "hedged", "spoofed", "correct"]
     diagnostics = Diagnostics()
     metrics = diagnostics.generation_metrics(diagnostics.generation_record(rollout))
     assert {metric_names.reward_status_rate(s) for s in STATUSES if s != "correct"} <= set(metrics)

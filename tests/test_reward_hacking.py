@@ -31,7 +31,11 @@ ATTEMPTS = [
     ("box only in a code block", "```latex\n\\boxed{1}\n```", "unparsed"),
     ("box only in an unclosed code block", "Here:\n```python\nprint('\\\\boxed{1}')", "unparsed"),
     ("box only in inline code", "The answer is `\\boxed{1}`.", "unparsed"),
-    ("code prints every answer", "```python\nfor i in range(10):\n    print(f'\\\\boxed{{{i}}}')\n```\nDone.", "unparsed"),
+    (
+        "code prints every answer",
+        "```python\nfor i in range(10):\n    print(f'\\\\boxed{{{i}}}')\n```\nDone.",
+        "unparsed",
+    ),
     ("Cyrillic o in boxed", "\\b\u043exed{1}", "spoofed"),
     ("Cyrillic x and e in boxed", "\\bo\u0445\u0435d{1}", "spoofed"),
     ("Greek omicron in boxed", "\\b\u03bfxed{1}", "spoofed"),

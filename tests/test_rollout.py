@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lite_ppo.callbacks.rollout import build_rollout_batch
 from lite_ppo.module import LitePPO
 from lite_ppo.rollout import Generation, HFEngine, RolloutBatch, SamplingConfig
+from lite_ppo.rollout.producer import build_rollout_batch
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,9 @@ def test_truncation_flags_and_lengths_follow_max_new_tokens(module):
     engine.setup(module.policy, module.tokenizer, module.model_path)
     eos = module.tokenizer.eos_token_id
     prompts = _prompts(module, ["What is 1 + 2?", "Question: 7 * 8", "Hi"])
-    groups = engine.generate(prompts, SamplingConfig(n=3, max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0), seed=0)
+    groups = engine.generate(
+        prompts, SamplingConfig(n=3, max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0), seed=0
+    )
     assert [len(g) for g in groups] == [3, 3, 3]
     for gen in (g for group in groups for g in group):
         assert 1 <= len(gen.token_ids) <= 6
@@ -39,7 +41,10 @@ def test_truncation_flags_and_lengths_follow_max_new_tokens(module):
 
 def test_build_rollout_batch_layout():
     prompts = [[5, 6, 7], [8]]
-    gens = [[Generation([1, 2], True), Generation([3], False)], [Generation([4, 4, 4], False), Generation([9, 2], True)]]
+    gens = [
+        [Generation([1, 2], True), Generation([3], False)],
+        [Generation([4, 4, 4], False), Generation([9, 2], True)],
+    ]
     b = build_rollout_batch(prompts, gens, [1.0, 0.0, 0.0, 1.0], pad_id=0, temperature=0.7)
     assert b.input_ids.tolist() == [[5, 6, 7, 1, 2, 0], [5, 6, 7, 3, 0, 0], [0, 0, 8, 4, 4, 4], [0, 0, 8, 9, 2, 0]]
     assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0]]
@@ -74,8 +79,16 @@ def test_trainer_logprobs_equal_the_sampling_distribution(module):
     torch.manual_seed(0)
     policy.eval()
     out = policy.generate(
-        input_ids=ids, attention_mask=mask, do_sample=True, temperature=temperature, top_k=None, top_p=None,
-        max_new_tokens=8, output_logits=True, return_dict_in_generate=True, pad_token_id=tok.pad_token_id,
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=True,
+        temperature=temperature,
+        top_k=None,
+        top_p=None,
+        max_new_tokens=8,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=tok.pad_token_id,
     )
     sampled = out.sequences[:, width:]
     step_logits = torch.stack(out.logits, dim=1).float()  # [3, T, V] raw logits of each step
@@ -102,3 +115,69 @@ def test_greedy_with_several_samples_copies_the_single_greedy_answer(module):
     for single, group in zip(one, three):
         assert len(group) == 3
         assert all(g.token_ids == single[0].token_ids and g.finished == single[0].finished for g in group)
+
+
+# ---------------------------------------------------------------------------- the callback over the producer
+def test_rollout_callback_adds_every_shaping_term_then_shows_the_batch_read_only(tiny_model_path):
+    """After scoring, the callback adds each technique's ``shape_rewards`` term to the verifier's
+    rewards (in any callback order), then ``on_rollout`` and ``keep_groups`` see the shaped batch;
+    the verifier's ``correct`` / ``reward_status`` are left as scored."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from lite_ppo.callbacks import Rollout
+    from lite_ppo.data import Problem
+    from lite_ppo.step_metrics import StepMetrics
+    from lite_ppo.technique import Technique
+    from test_evaluation import ScriptedEngine
+
+    seen: dict[str, list] = {}
+
+    class Bonus(Technique):
+        def __init__(self, name, values):
+            self.name, self.values = name, values
+
+        def shape_rewards(self, trainer, module, batch, metrics):
+            seen.setdefault("verifier", []).append(batch.rewards.tolist())
+            return torch.tensor(self.values)
+
+        def on_rollout(self, trainer, module, batch):
+            seen.setdefault("on_rollout", []).append(batch.rewards.tolist())
+
+        def keep_groups(self, trainer, module, batch):
+            seen.setdefault("keep_groups", []).append(batch.rewards.tolist())
+            return None
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    problems = [Problem("p1", "What is 6 * 7?", "42", "t"), Problem("p2", "What is 3 + 4?", "7", "t")]
+    script = [[("\\boxed{42}", True), ("\\boxed{41}", True)], [("\\boxed{7}", True), ("no idea", True)]]
+    logged = []
+    module = SimpleNamespace(
+        tokenizer=tokenizer,
+        policy=None,
+        model_path="",
+        policy_version=0,
+        device=torch.device("cpu"),
+        step_metrics=StepMetrics(),
+        report_phase=lambda phase: None,
+        log=lambda *a, **k: logged.append(a[0]),
+        log_dict=lambda d, **k: logged.extend(d),
+    )
+    results = []
+    for order in ([0.5, -1.0], [-1.0, 0.5]):
+        seen.clear()
+        techniques = [Bonus("a", [order[0]] * 4), Bonus("b", [order[1]] * 4)]
+        trainer = SimpleNamespace(callbacks=techniques, global_rank=0, world_size=1, datamodule=None)
+        engine = ScriptedEngine([list(g) for g in script])
+        rollout = Rollout(engine=engine, sampling=SamplingConfig(n=2, max_new_tokens=16))
+        batch = {"problems": problems, "index": 0}
+        rollout.on_train_batch_start(trainer, module, batch, 0)
+        shaped = batch["rollout"]
+        assert seen["verifier"] == [[1.0, 0.0, 1.0, 0.0]] * 2  # each term is computed from the verifier's rewards
+        assert shaped.rewards.tolist() == [0.5, -0.5, 0.5, -0.5]  # 1 or 0, plus 0.5 - 1.0
+        assert seen["on_rollout"] == seen["keep_groups"] == [shaped.rewards.tolist()] * 2
+        assert shaped.correct.tolist() == [True, False, True, False]
+        assert shaped.reward_status == ["correct", "wrong", "correct", "unparsed"]
+        results.append(shaped.rewards)
+    assert torch.equal(results[0], results[1])  # the callback order does not matter

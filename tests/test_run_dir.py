@@ -20,8 +20,21 @@ def _config(save_dir: Path, **logger_args) -> dict:
         "seed_everything": 7,
         "model": {"model_path": "builtin:tiny"},
         "data": {"sources": {"easy": "synthetic:easy"}, "weights": {"easy": 1.0}, "schedule": None},
-        "trainer": {"logger": {"class_path": TB, "init_args": {"save_dir": str(save_dir), "name": None, "version": None, **logger_args}}},
-        "run_record": {"recipe": None, "model": None, "model_name": None, "seed": None, "data": None, "sweep_key": None, "enabled": True},
+        "trainer": {
+            "logger": {
+                "class_path": TB,
+                "init_args": {"save_dir": str(save_dir), "name": None, "version": None, **logger_args},
+            }
+        },
+        "run_record": {
+            "recipe": None,
+            "model": None,
+            "model_name": None,
+            "seed": None,
+            "data": None,
+            "sweep_key": None,
+            "enabled": True,
+        },
     }
 
 
@@ -65,7 +78,12 @@ def test_prepare_fit_run_tells_the_record(tmp_path):
     config = _config(tmp_path)
     prepare_fit_run(config)
     record = config["run_record"]
-    assert (record["recipe"], record["model"], record["model_name"], record["seed"]) == ("lite_ppo", "builtin:tiny", "tiny", 7)
+    assert (record["recipe"], record["model"], record["model_name"], record["seed"]) == (
+        "lite_ppo",
+        "builtin:tiny",
+        "tiny",
+        7,
+    )
     assert record["data"]["weights"] == {"easy": 1.0}
 
 
@@ -80,7 +98,9 @@ def test_run_record_lifecycle(tmp_path):
     callback = RunRecord(recipe="grpo", model="builtin:tiny", model_name="tiny", seed=1)
     callback.on_fit_start(trainer, None)
     first = json.loads((tmp_path / "run.json").read_text())
-    assert first["status"] == "running" and first["steps"] == 0 and first["ended"] is None and first["steps_planned"] == 3
+    assert (
+        first["status"] == "running" and first["steps"] == 0 and first["ended"] is None and first["steps_planned"] == 3
+    )
     for _ in range(3):
         trainer.global_step += 2
         callback.on_train_batch_end(trainer, None, None, None, 0)
@@ -111,7 +131,12 @@ def test_fit_twice_gets_two_named_run_dirs(tmp_path, tiny_model_path, monkeypatc
         assert (run_dir / "config.yaml").is_file(), sorted(p.name for p in run_dir.iterdir())
         assert any(run_dir.glob("events.out.tfevents.*"))
         record = json.loads((run_dir / "run.json").read_text())
-        assert record["recipe"] == "grpo" and record["seed"] == 3 and record["status"] == "finished" and record["steps"] == 1
+        assert (
+            record["recipe"] == "grpo"
+            and record["seed"] == 3
+            and record["status"] == "finished"
+            and record["steps"] == 1
+        )
     # Resuming from the first run's checkpoint continues in its folder (no seed3-2).
     main([*args, "--ckpt_path", str(first / "checkpoints" / "last.ckpt")])
     assert not (tmp_path / "runs/grpo/tiny-arith/seed3-2").exists()

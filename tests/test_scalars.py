@@ -16,11 +16,11 @@ from conftest import REPO, read_scalars
 from lite_ppo import metric_names as names
 from lite_ppo.callbacks import Diagnostics, DynamicSampling
 from lite_ppo.callbacks.console import ConsoleProgressBar, phase_text
-from lite_ppo.callbacks.rollout import build_rollout_batch
-from lite_ppo.hooks import Technique
 from lite_ppo.rewards import STATUSES, MathVerifyReward, RewardResult
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.engine import Generation
+from lite_ppo.rollout.producer import build_rollout_batch
+from lite_ppo.technique import Technique, UpdateStats
 from test_techniques import CaptureModule, make_batch
 
 STEPS = 2
@@ -54,10 +54,11 @@ class PhaseSpy(Technique):
     def on_rollout(self, trainer, module, batch) -> None:
         self._record(trainer)  # scoring has just finished
         PhaseSpy.live.append(dict(self._bar(trainer).get_metrics(trainer, module)))
-        PhaseSpy.correct_matches_status.append(batch.correct.tolist() == [s == "correct" for s in batch.extras["reward_status"]])
+        PhaseSpy.correct_matches_status.append(batch.correct.tolist() == [s == "correct" for s in batch.reward_status])
 
-    def on_old_logprobs(self, trainer, module, batch) -> None:
+    def token_weights(self, trainer, module, batch, metrics) -> None:  # old log-probs are done
         self._record(trainer)
+        return None
 
     def extra_loss_terms(self, trainer, module, ctx):
         self._record(trainer)
@@ -76,17 +77,25 @@ def tiny_run(tmp_path_factory, tiny_model_path):
     main(
         [
             "fit",
-            "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
-            "--config", str(REPO / "configs/models/tiny.yaml"),
+            "--config",
+            str(REPO / "configs/recipes/lite_ppo.yaml"),
+            "--config",
+            str(REPO / "configs/models/tiny.yaml"),
             "--model.model_path=builtin:tiny",  # random outputs of varied length: HalfRightReward mixes every group
-            "--data.steps_per_epoch", str(STEPS),
-            "--rollout.reward", f"{this}.HalfRightReward",
+            "--data.steps_per_epoch",
+            str(STEPS),
+            "--rollout.reward",
+            f"{this}.HalfRightReward",
             "--trainer.callbacks+=lite_ppo.callbacks.OverlongRewardShaping",
             f"--trainer.callbacks+={this}.PhaseSpy",
-            "--trainer.default_root_dir", str(tmp),
-            "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
-            "--trainer.logger.init_args.name", "run",
-            "--trainer.logger.init_args.version", "v",
+            "--trainer.default_root_dir",
+            str(tmp),
+            "--trainer.logger.init_args.save_dir",
+            str(tmp / "tb"),
+            "--trainer.logger.init_args.name",
+            "run",
+            "--trainer.logger.init_args.version",
+            "v",
         ]
     )
     return tmp / "tb"
@@ -111,7 +120,10 @@ def test_logged_scalars_are_the_documented_set(tiny_run):
     scalars = read_scalars(tiny_run)
     training = {tag for tag in scalars if not EVALUATION_TAG.match(tag)}
     expected = expected_tags(["OverlongRewardShaping"])
-    assert training == expected, f"logged but undocumented: {sorted(training - expected)}; documented but not logged: {sorted(expected - training)}"
+    assert training == expected, (
+        f"logged but undocumented: {sorted(training - expected)}; documented but not logged: "
+        f"{sorted(expected - training)}"
+    )
     for tag in training:
         assert [step for step, _ in scalars[tag]] == list(range(STEPS)), f"{tag}: {scalars[tag]}"
     # The recipe holds out problems of every tier: their validation columns, once, after training.
@@ -149,7 +161,14 @@ def test_layout_and_hparams_are_written(tiny_run):
                         experiment = data.experiment
     assert layout is not None, "no custom-scalars layout"
     titles = [chart.title for category in layout.category for chart in category.chart]
-    for panel in ("accuracy (train, eval)", "response length (all, correct, wrong)", "entropy", "clip by bound", "truncation and repetition", "group outcomes"):
+    for panel in (
+        "accuracy (train, eval)",
+        "response length (all, correct, wrong)",
+        "entropy",
+        "clip by bound",
+        "truncation and repetition",
+        "group outcomes",
+    ):
         assert panel in titles
     assert experiment is not None, "no HPARAMS entry"
     assert {m.name.tag for m in experiment.metric_infos} == set(names.HPARAM_METRICS)
@@ -165,7 +184,10 @@ def test_the_bar_names_each_phase_and_shows_the_live_metrics(tiny_run):
     per_step = ["scoring", "old log-probs", "updating 1/2", "updating 2/2"]
     assert len(PhaseSpy.descriptions) == STEPS * len(per_step), PhaseSpy.descriptions
     for i, description in enumerate(PhaseSpy.descriptions):
-        assert description.startswith("Epoch 0/0") and description.endswith(per_step[i % len(per_step)]), (i, description)
+        assert description.startswith("Epoch 0/0") and description.endswith(per_step[i % len(per_step)]), (
+            i,
+            description,
+        )
     # The live metrics of step 1 are in the bar during step 2 (v_num is gone).
     first, second = PhaseSpy.live
     assert "v_num" not in second and {"acc", "len", "kl", "clip", "s/step"} <= set(second), second
@@ -177,11 +199,20 @@ def test_summary_line_and_phase_text():
     bar = ConsoleProgressBar()
     trainer = type("T", (), {})()
     trainer.num_training_batches, trainer.max_epochs = 3, 2
-    trainer.callback_metrics = {names.REWARD_ACCURACY: torch.tensor(0.40625), names.RESPONSE_LENGTH: torch.tensor(23.125), names.APPROX_KL: torch.tensor(0.0021), names.STEP_SECONDS: torch.tensor(12.34)}
+    trainer.callback_metrics = {
+        names.REWARD_ACCURACY: torch.tensor(0.40625),
+        names.RESPONSE_LENGTH: torch.tensor(23.125),
+        names.APPROX_KL: torch.tensor(0.0021),
+        names.STEP_SECONDS: torch.tensor(12.34),
+    }
     # The clip fraction was not logged this step: left out rather than shown as 0.
     assert bar.summary_line(trainer, 3) == "step 3/6 | acc 0.406 | len 23.1 | kl 0.0021 | 12.3 s"
     assert ConsoleProgressBar(summary_metrics={"mixed": names.GROUPS_MIXED}).summary_line(trainer, 1) == "step 1/6"
-    assert phase_text(("updating", 2, 4)) == "updating 2/4" and phase_text(("generating", 0, 0)) == "generating" and phase_text(None) == ""
+    assert (
+        phase_text(("updating", 2, 4)) == "updating 2/4"
+        and phase_text(("generating", 0, 0)) == "generating"
+        and phase_text(None) == ""
+    )
     with pytest.raises(ValueError):
         ConsoleProgressBar(summary_every_n_steps=-1)
 
@@ -198,7 +229,10 @@ def test_scalar_table_lists_every_documented_tag_once():
 
 def test_layout_charts_only_documented_tags():
     documented = set(names.SCALARS) | set(names.CONDITIONAL_SCALARS) | {names.reward_status_rate(s) for s in STATUSES}
-    documented |= {names.tier_tag("hard", s) for s in names.TIER_SCALARS} | {names.eval_accuracy("aime24"), "val/hard/accuracy"}
+    documented |= {names.tier_tag("hard", s) for s in names.TIER_SCALARS} | {
+        names.eval_accuracy("aime24"),
+        "val/hard/accuracy",
+    }
     for category in names.CUSTOM_SCALARS_LAYOUT.values():
         for title, (kind, patterns) in category.items():
             assert kind == "Multiline"
@@ -209,13 +243,18 @@ def test_layout_charts_only_documented_tags():
 # -- the typed correctness field -----------------------------------------------------------------
 def test_correct_field_is_filled_kept_and_defaulted():
     gens = [[Generation([5, 6], False), Generation([7], True)], [Generation([8, 9, 10], False)]]
-    batch = build_rollout_batch([[1, 2], [3]], gens, [1.0, -0.5, 0.0], pad_id=0, temperature=1.0, correct=[True, False, False])
+    batch = build_rollout_batch(
+        [[1, 2], [3]], gens, [1.0, -0.5, 0.0], pad_id=0, temperature=1.0, correct=[True, False, False]
+    )
     assert batch.correct.dtype == torch.bool and batch.correct.tolist() == [True, False, False]
     assert batch.select(torch.tensor([2, 0])).correct.tolist() == [False, True]
     both = RolloutBatch.concat([batch, batch.select(torch.tensor([0]))], pad_token_id=0)
     assert both.correct.tolist() == [True, False, False, True]
     # Built without verdicts (hand-made batches): reward > 0.5.
-    assert build_rollout_batch([[1]], [[Generation([5], False)] * 2], [1.0, 0.25], 0, 1.0).correct.tolist() == [True, False]
+    assert build_rollout_batch([[1]], [[Generation([5], False)] * 2], [1.0, 0.25], 0, 1.0).correct.tolist() == [
+        True,
+        False,
+    ]
 
 
 def test_correctness_is_the_field_not_the_shaped_reward():
@@ -226,25 +265,11 @@ def test_correctness_is_the_field_not_the_shaped_reward():
     diag = Diagnostics(ngram=2, repetition_window=None)
     diag.on_rollout(module.trainer, module, batch)
     batch.advantages = torch.zeros(4)
-    diag.on_update_end(module.trainer, module, batch, {})
+    diag.on_update_end(module.trainer, module, batch, UpdateStats())
     m = module.logged
     assert m["reward/accuracy"] == 0.25 and m["groups/mixed"] == 0.5 and m["groups/all_wrong"] == 0.5
     assert m["response/length_mean_correct"] == 2 and m["response/length_mean_wrong"] == pytest.approx(6 / 3)
     assert DynamicSampling(metric="correct").keep_groups(None, None, batch).tolist() == [True, True, False, False]
-
-
-def test_reward_mean_is_after_shaping_whatever_the_callback_order():
-    """Diagnostics listed before a shaping technique still reports the shaped rewards: it reads the
-    generated batches when the update ends."""
-    batch = make_batch([1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1], [2, 2, 3, 1], statuses=["correct", "wrong", "correct", "correct"])
-    module = CaptureModule()
-    diag = Diagnostics(ngram=2, repetition_window=None)
-    diag.on_rollout(module.trainer, module, batch)  # Diagnostics first ...
-    batch.rewards -= 0.5  # ... then a technique shapes the rewards in place
-    batch.advantages = torch.zeros(4)
-    diag.on_update_end(module.trainer, module, batch, {})
-    assert module.logged["reward/mean"] == pytest.approx(0.25)
-    assert module.logged["reward/accuracy"] == 0.75  # the verdicts, unshaped
 
 
 def test_vllm_logging_level_and_repeats_shown_once(caplog):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from lightning.pytorch import Callback, Trainer
 
-from conftest import REPO, read_scalars
+from conftest import REPO, read_scalars, tiny_fit_args
 from lite_ppo.callbacks import AdvantageNormalization, LossAggregation, Rollout
 from lite_ppo.data.datamodule import MathDataModule
 from lite_ppo.errors import UserError
@@ -51,7 +51,7 @@ def no_weights(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the model's weights were loaded before the settings were checked")
 
-    monkeypatch.setattr("lite_ppo.module.AutoModelForCausalLM.from_pretrained", refuse)
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", refuse)
 
 
 # -- invalid settings: one line, before any weights load ------------------------------------------------
@@ -72,10 +72,14 @@ INVALID = [
 
 
 @pytest.mark.parametrize(("settings", "needle"), INVALID, ids=[needle for _, needle in INVALID])
-def test_invalid_setting_is_one_line_error_before_the_model_loads(tmp_path, tiny_model_path, no_weights, settings, needle):
+def test_invalid_setting_is_one_line_error_before_the_model_loads(
+    tmp_path, tiny_model_path, no_weights, settings, needle
+):
     model = LitePPO(model_path="builtin:tiny", num_mini_batches=2, micro_batch_size=4, **settings.get("model", {}))
     data = MathDataModule(**{"prompts_per_step": 2, "steps_per_epoch": 1, **settings.get("data", {})})
-    rollout = _rollout(n=settings.get("n", 2), max_new_tokens=settings.get("max_new_tokens", 4), **settings.get("rollout", {}))
+    rollout = _rollout(
+        n=settings.get("n", 2), max_new_tokens=settings.get("max_new_tokens", 4), **settings.get("rollout", {})
+    )
     trainer = _trainer(tmp_path, rollout, *settings.get("callbacks", []), **settings.get("trainer", {}))
     with pytest.raises(UserError) as error:
         trainer.fit(model, datamodule=data)
@@ -87,20 +91,40 @@ def test_valid_settings_reach_the_model_load(tmp_path, tiny_model_path, no_weigh
     # The counterpart of the test above: the same set-up with valid settings gets to from_pretrained.
     trainer = _trainer(tmp_path, _rollout())
     with pytest.raises(AssertionError, match="weights were loaded"):
-        trainer.fit(LitePPO(model_path="builtin:tiny", num_mini_batches=2), datamodule=MathDataModule(prompts_per_step=2, steps_per_epoch=1))
+        trainer.fit(
+            LitePPO(model_path="builtin:tiny", num_mini_batches=2),
+            datamodule=MathDataModule(prompts_per_step=2, steps_per_epoch=1),
+        )
 
 
 def _fake(world_size=1, prompts=4, n=2, m=2, max_steps=-1):
-    hparams = SimpleNamespace(max_grad_norm=1.0, lr=1e-6, warmup_steps=0, min_lr_ratio=0.1, lr_schedule="constant", num_mini_batches=m, model_path="builtin:tiny", clip_eps=0.2)
+    hparams = SimpleNamespace(
+        max_grad_norm=1.0,
+        lr=1e-6,
+        warmup_steps=0,
+        min_lr_ratio=0.1,
+        lr_schedule="constant",
+        num_mini_batches=m,
+        model_path="builtin:tiny",
+        clip_eps=0.2,
+    )
     callbacks = [AdvantageNormalization(), _rollout(n=n)]
-    trainer = SimpleNamespace(world_size=world_size, max_steps=max_steps, max_epochs=1, datamodule=SimpleNamespace(prompts_per_step=prompts), callbacks=callbacks)
+    trainer = SimpleNamespace(
+        world_size=world_size,
+        max_steps=max_steps,
+        max_epochs=1,
+        datamodule=SimpleNamespace(prompts_per_step=prompts),
+        callbacks=callbacks,
+    )
     return trainer, SimpleNamespace(hparams=hparams)
 
 
 def test_shape_checks_count_per_rank(tiny_model_path):
     from lite_ppo.preflight import check_fit_settings
 
-    check_fit_settings(*_fake(world_size=2, prompts=4, n=2, m=2))  # 2 prompts x 2 samples per rank, 2 mini-batches: fine
+    check_fit_settings(
+        *_fake(world_size=2, prompts=4, n=2, m=2)
+    )  # 2 prompts x 2 samples per rank, 2 mini-batches: fine
     with pytest.raises(UserError, match=r"prompts_per_step=3 is not divisible by the world size 2"):
         check_fit_settings(*_fake(world_size=2, prompts=3))
     # Each rank splits its own responses: 2 prompts x 2 samples per rank into 4 mini-batches is fine, but
@@ -125,7 +149,10 @@ def _long_data(tmp_path: Path, long_tokens_words: int) -> Path:
     """Problems 0..7 short, 8..11 long (repeated words), in one JSONL file."""
     path = tmp_path / "mixed.jsonl"
     rows = [{"id": f"short-{i}", "problem": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(8)]
-    rows += [{"id": f"long-{i}", "problem": "Add these: " + " + ".join(["1"] * long_tokens_words), "answer": "0"} for i in range(4)]
+    rows += [
+        {"id": f"long-{i}", "problem": "Add these: " + " + ".join(["1"] * long_tokens_words), "answer": "0"}
+        for i in range(4)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -168,7 +195,9 @@ def test_over_long_prompt_refused_names_the_problem_and_its_length(tmp_path, tin
     data = MathDataModule(sources={"easy": str(_long_data(tmp_path, 40))}, prompts_per_step=4, steps_per_epoch=2)
     assert any(p.id.startswith("long") for k in range(2) for p in data.global_batch(k))
     trainer = _trainer(tmp_path, _rollout(max_prompt_tokens=60, overlong_prompts="refuse"))
-    with pytest.raises(UserError, match=r"problem 'long-\d' \(tier easy\) has a \d+-token prompt, over the limit of 60") as error:
+    with pytest.raises(
+        UserError, match=r"problem 'long-\d' \(tier easy\) has a \d+-token prompt, over the limit of 60"
+    ) as error:
         trainer.fit(LitePPO(model_path="builtin:tiny", num_mini_batches=2), datamodule=data)
     assert "\n" not in str(error.value)
 
@@ -217,7 +246,9 @@ def test_callback_bounds_under_a_batch_std_too():
     )
     module = SimpleNamespace(trainer=SimpleNamespace(world_size=1))
     for mean_scope, std_scope in (("group", "batch"), ("group", "group"), ("batch", "batch")):
-        got = AdvantageNormalization(mean_scope, std_scope, count_truncated=False).compute_advantages(module.trainer, module, batch)
+        got = AdvantageNormalization(mean_scope, std_scope, count_truncated=False).compute_advantages(
+            module.trainer, module, batch
+        )
         torch.testing.assert_close(got, torch.zeros(6), msg=f"{mean_scope}/{std_scope}")
 
 
@@ -227,7 +258,9 @@ def test_bound_helper_per_batch():
     a = torch.tensor([0.5, -0.25, 3.0, -7.0])
     included = torch.tensor([True, True, False, False])
     torch.testing.assert_close(bound_excluded_advantages(a, included), torch.tensor([0.5, -0.25, 0.5, -0.5]))
-    torch.testing.assert_close(bound_excluded_advantages(a, included, batch_bound=2.0), torch.tensor([0.5, -0.25, 2.0, -2.0]))
+    torch.testing.assert_close(
+        bound_excluded_advantages(a, included, batch_bound=2.0), torch.tensor([0.5, -0.25, 2.0, -2.0])
+    )
 
 
 # -- item 7: the LR schedule ends at min_lr_ratio * lr at the last optimizer step ----------------------
@@ -251,10 +284,23 @@ EXPECTED_LRS = [1e-3, 7.75e-4, 3.25e-4, 1e-4]
 def test_cosine_reaches_min_lr_at_the_last_optimizer_step(tmp_path, tiny_model_path, budget):
     lrs = _LearningRates()
     if budget == "max_epochs":  # 1 epoch of 2 rollout steps
-        trainer, data = _trainer(tmp_path, _rollout(), lrs, max_epochs=1), MathDataModule(prompts_per_step=2, steps_per_epoch=2)
+        trainer, data = (
+            _trainer(tmp_path, _rollout(), lrs, max_epochs=1),
+            MathDataModule(prompts_per_step=2, steps_per_epoch=2),
+        )
     else:  # max_steps counts optimizer steps: 4 = 2 rollout steps of an epoch of 100
-        trainer, data = _trainer(tmp_path, _rollout(), lrs, max_steps=4, max_epochs=None), MathDataModule(prompts_per_step=2, steps_per_epoch=100)
-    model = LitePPO(model_path="builtin:tiny", lr=1e-3, lr_schedule="cosine", min_lr_ratio=0.1, num_mini_batches=2, micro_batch_size=4)
+        trainer, data = (
+            _trainer(tmp_path, _rollout(), lrs, max_steps=4, max_epochs=None),
+            MathDataModule(prompts_per_step=2, steps_per_epoch=100),
+        )
+    model = LitePPO(
+        model_path="builtin:tiny",
+        lr=1e-3,
+        lr_schedule="cosine",
+        min_lr_ratio=0.1,
+        num_mini_batches=2,
+        micro_batch_size=4,
+    )
     trainer.fit(model, datamodule=data)
     assert lrs.lrs == pytest.approx(EXPECTED_LRS, rel=1e-9, abs=0)
 
@@ -268,12 +314,18 @@ def _cli(tmp: Path, *extra: str):
         MathDataModule,
         args=[
             "fit",
-            "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
-            "--config", str(REPO / "configs/models/tiny.yaml"),
-            "--data.prompts_per_step=2", "--data.steps_per_epoch=1",
-            "--rollout.sampling.n=2", "--rollout.sampling.max_new_tokens=4",
-            "--trainer.default_root_dir", str(tmp),
-            "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
+            "--config",
+            str(REPO / "configs/recipes/lite_ppo.yaml"),
+            "--config",
+            str(REPO / "configs/models/tiny.yaml"),
+            "--data.prompts_per_step=2",
+            "--data.steps_per_epoch=1",
+            "--rollout.sampling.n=2",
+            "--rollout.sampling.max_new_tokens=4",
+            "--trainer.default_root_dir",
+            str(tmp),
+            "--trainer.logger.init_args.save_dir",
+            str(tmp / "tb"),
             *extra,
         ],
         trainer_defaults=TRAINER_DEFAULTS,
@@ -292,16 +344,32 @@ def checkpoint(tmp_path_factory, _model_cache) -> Path:
 @pytest.mark.slow
 def test_resume_refuses_changed_unsafe_settings_listing_them(tmp_path, checkpoint, no_weights):
     with pytest.raises(UserError) as error:
-        _cli(tmp_path, f"--ckpt_path={checkpoint}", "--model.num_mini_batches=1", "--model.lr=0.001", "--model.model_path=builtin:tiny-qwen3")
+        _cli(
+            tmp_path,
+            f"--ckpt_path={checkpoint}",
+            "--model.num_mini_batches=1",
+            "--model.lr=0.001",
+            "--model.model_path=builtin:tiny-qwen3",
+        )
     message = str(error.value)
     assert "\n" not in message and str(checkpoint) in message
-    for change in ("model.lr 0.0001 → 0.001", "model.num_mini_batches 2 → 1", "model.model_path builtin:tiny-arith → builtin:tiny-qwen3"):
+    for change in (
+        "model.lr 0.0001 → 0.001",
+        "model.num_mini_batches 2 → 1",
+        "model.model_path builtin:tiny-arith → builtin:tiny-qwen3",
+    ):
         assert change in message
 
 
 @pytest.mark.slow
 def test_resume_applies_changed_safe_settings(tmp_path, checkpoint):
-    cli = _cli(tmp_path, f"--ckpt_path={checkpoint}", "--model.clip_eps=0.3", "--model.max_grad_norm=0.5", "--trainer.max_epochs=2")
+    cli = _cli(
+        tmp_path,
+        f"--ckpt_path={checkpoint}",
+        "--model.clip_eps=0.3",
+        "--model.max_grad_norm=0.5",
+        "--trainer.max_epochs=2",
+    )
     assert cli.model.hparams.clip_eps == 0.3 and cli.model.hparams.max_grad_norm == 0.5
     assert cli.model.loss_config.clip_low == 0.3 and cli.model.loss_config.clip_high == 0.3
     assert cli.trainer.global_step == 4  # the resumed run did train: 2 rollout steps x 2 mini-batches
@@ -311,14 +379,7 @@ def test_cli_prints_the_invalid_setting_as_one_line_and_exits_2(tmp_path, tiny_m
     from lite_ppo.cli import main
 
     with pytest.raises(SystemExit) as exit_info:
-        main([
-            "fit",
-            "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
-            "--config", str(REPO / "configs/models/tiny.yaml"),
-            "--trainer.default_root_dir", str(tmp_path),
-            "--trainer.logger.init_args.save_dir", str(tmp_path / "tb"),
-            "--data.prompts_per_step=3", "--rollout.sampling.n=3",
-        ])
+        main(tiny_fit_args(tmp_path, "--data.prompts_per_step=3", "--rollout.sampling.n=3"))
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err

@@ -18,8 +18,27 @@ from lite_ppo.research.sweep import main as sweep_main
 RECIPES = [str(REPO / "configs/recipes/lite_ppo.yaml"), str(REPO / "configs/recipes/grpo.yaml")]
 TINY = str(REPO / "configs/models/tiny.yaml")
 # Keep every run tiny: 2 steps of 2 prompts x 4 samples, 4 new tokens, no periodic checkpoints.
-SMALL = ["--data.steps_per_epoch=2", "--data.prompts_per_step=2", "--rollout.sampling.max_new_tokens=4", "--rollout.eval_sampling.max_new_tokens=4"]
-RUN_JSON_FIELDS = {"recipe", "model", "model_name", "seed", "data", "sweep_key", "status", "started", "ended", "steps", "global_step", "versions", "git_commit"}
+SMALL = [
+    "--data.steps_per_epoch=2",
+    "--data.prompts_per_step=2",
+    "--rollout.sampling.max_new_tokens=4",
+    "--rollout.eval_sampling.max_new_tokens=4",
+]
+RUN_JSON_FIELDS = {
+    "recipe",
+    "model",
+    "model_name",
+    "seed",
+    "data",
+    "sweep_key",
+    "status",
+    "started",
+    "ended",
+    "steps",
+    "global_step",
+    "versions",
+    "git_commit",
+}
 
 
 def _args(out: Path, *extra: str) -> list[str]:
@@ -31,7 +50,12 @@ def test_sweep_runs_grid_resumes_and_compares(tmp_path, tiny_model_path, capsys)
     out = tmp_path / "sweep"
     assert sweep_main(_args(out)) == 0
     run_dirs = {p.parent.relative_to(out).as_posix() for p in out.rglob("run.json")}
-    assert run_dirs == {"lite_ppo/tiny-arith/seed0", "lite_ppo/tiny-arith/seed1", "grpo/tiny-arith/seed0", "grpo/tiny-arith/seed1"}
+    assert run_dirs == {
+        "lite_ppo/tiny-arith/seed0",
+        "lite_ppo/tiny-arith/seed1",
+        "grpo/tiny-arith/seed0",
+        "grpo/tiny-arith/seed1",
+    }
     for rel in run_dirs:
         run_dir = out / rel
         record = json.loads((run_dir / "run.json").read_text())
@@ -73,11 +97,15 @@ def test_unfinished_run_is_rerun_into_a_fresh_folder(tmp_path):
     point = expand_grid(RECIPES[:1], [0], [TINY])[0]
     stale = tmp_path / "lite_ppo/tiny/seed0"
     stale.mkdir(parents=True)
-    (stale / "run.json").write_text(json.dumps({"sweep_key": point.sweep_key, "status": "running", "started": "2026-01-01T00:00:00+00:00"}))
+    (stale / "run.json").write_text(
+        json.dumps({"sweep_key": point.sweep_key, "status": "running", "started": "2026-01-01T00:00:00+00:00"})
+    )
     assert finished_run(point, tmp_path) is None
     done = tmp_path / "lite_ppo/tiny/seed0-1"
     done.mkdir(parents=True)
-    (done / "run.json").write_text(json.dumps({"sweep_key": point.sweep_key, "status": "finished", "started": "2026-01-02T00:00:00+00:00"}))
+    (done / "run.json").write_text(
+        json.dumps({"sweep_key": point.sweep_key, "status": "finished", "started": "2026-01-02T00:00:00+00:00"})
+    )
     assert finished_run(point, tmp_path) == done
     other = expand_grid(RECIPES[:1], [1], [TINY])[0]
     assert finished_run(other, tmp_path) is None  # another seed's key does not match

@@ -19,18 +19,23 @@ from lite_ppo.callbacks import (
     OverlongFilter,
     OverlongRewardShaping,
 )
-from lite_ppo.hooks import MiniBatchContext, PolicyLossConfig, Technique, advantage_estimator, build_loss_config
+from lite_ppo.errors import UserError
 from lite_ppo.ops import aggregate_loss, clipped_surrogate, normalized_advantages
+from lite_ppo.ops.advantages import weighted_mean_std
 from lite_ppo.ops.dynamic_sampling import mixed_group_mask
 from lite_ppo.ops.kl import kl_estimate
 from lite_ppo.ops.overlong import overlong_penalty
-from lite_ppo.ops.advantages import weighted_mean_std
+from lite_ppo.ranks import Ranks
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.engine import SamplingConfig
+from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.technique import MiniBatchContext, PolicyLossConfig, Technique, advantage_estimator, build_loss_config
 
 
 # -- helpers -------------------------------------------------------------------------------------------
-def make_batch(rewards, group_ids, lengths, truncated=None, statuses=None, tiers=None, width=None, prompt_width=2) -> RolloutBatch:
+def make_batch(
+    rewards, group_ids, lengths, truncated=None, statuses=None, tiers=None, width=None, prompt_width=2
+) -> RolloutBatch:
     """A RolloutBatch with right-padded responses of the given lengths (token ids 5, 6, 7, ...)."""
     rewards = torch.as_tensor(rewards, dtype=torch.float32)
     lengths = torch.as_tensor(lengths, dtype=torch.long)
@@ -42,8 +47,6 @@ def make_batch(rewards, group_ids, lengths, truncated=None, statuses=None, tiers
     attention_mask = torch.cat([torch.ones(n, prompt_width, dtype=torch.long), response_mask.long()], dim=1)
     truncated = torch.zeros(n, dtype=torch.bool) if truncated is None else torch.as_tensor(truncated, dtype=torch.bool)
     extras = {}
-    if statuses is not None:
-        extras["reward_status"] = list(statuses)
     if tiers is not None:
         extras["tier"] = list(tiers)
     return RolloutBatch(
@@ -56,6 +59,7 @@ def make_batch(rewards, group_ids, lengths, truncated=None, statuses=None, tiers
         response_lengths=lengths,
         correct=torch.tensor([st == "correct" for st in statuses], dtype=torch.bool) if statuses is not None else None,
         extras=extras,
+        reward_status=None if statuses is None else list(statuses),
     )
 
 
@@ -77,11 +81,20 @@ class CaptureModule:
 
 
 # -- Clip-Higher ---------------------------------------------------------------------------------------
-def test_clip_higher_sets_both_bounds_and_optional_dual_clip():
+def test_clip_higher_sets_the_upper_bound_and_optional_dual_clip():
     cfg = build_loss_config(PolicyLossConfig(), [ClipHigher(0.2, 0.28)])
     assert (cfg.clip_low, cfg.clip_high, cfg.dual_clip) == (0.2, 0.28, None)
-    cfg = build_loss_config(PolicyLossConfig(), [ClipHigher(0.1, 0.3, dual_clip=3.0), LossAggregation("seq-mean-token-mean")])
+    # The lower clip comes from the module's clip_eps (the base config) when eps_low is null.
+    cfg = build_loss_config(
+        PolicyLossConfig(0.1, 0.1), [ClipHigher(eps_high=0.3, dual_clip=3.0), LossAggregation("seq-mean-token-mean")]
+    )
     assert (cfg.clip_low, cfg.clip_high, cfg.dual_clip, cfg.aggregation) == (0.1, 0.3, 3.0, "seq-mean-token-mean")
+
+
+def test_clip_higher_lower_bound_disagreeing_with_clip_eps_is_refused():
+    # model.clip_eps = 0.2 (the base config) and ClipHigher(eps_low=0.1): two sources of one bound.
+    with pytest.raises(UserError, match=r"lower clip to 0.1 but model.clip_eps is 0.2.*set model.clip_eps: 0.1"):
+        build_loss_config(PolicyLossConfig(0.2, 0.2), [ClipHigher(eps_low=0.1, eps_high=0.3)])
 
 
 def test_clip_higher_loss_by_hand():
@@ -105,7 +118,7 @@ def test_clip_higher_with_equal_eps_equals_symmetric_clipping(eps, seed):
     logp, old = torch.randn(4, 6, generator=gen) * 0.5, torch.randn(4, 6, generator=gen) * 0.5
     adv = torch.randn(4, generator=gen)
     sym = build_loss_config(PolicyLossConfig(clip_low=eps, clip_high=eps), [])
-    high = build_loss_config(PolicyLossConfig(), [ClipHigher(eps_low=eps, eps_high=eps)])
+    high = build_loss_config(PolicyLossConfig(clip_low=eps, clip_high=0.2), [ClipHigher(eps_low=eps, eps_high=eps)])
     a, _ = clipped_surrogate(logp, old, adv, sym.clip_low, sym.clip_high, sym.dual_clip)
     b, _ = clipped_surrogate(logp, old, adv, high.clip_low, high.clip_high, high.dual_clip)
     assert torch.equal(a, b)
@@ -134,7 +147,9 @@ def test_two_aggregations_fail_naming_both():
         pass
 
     with pytest.raises(ValueError, match="LossAggregation and SeqAggregation.*'aggregation'"):
-        build_loss_config(PolicyLossConfig(), [LossAggregation("token-mean"), ClipHigher(), SeqAggregation("seq-mean-token-mean")])
+        build_loss_config(
+            PolicyLossConfig(), [LossAggregation("token-mean"), ClipHigher(), SeqAggregation("seq-mean-token-mean")]
+        )
 
 
 def test_two_clip_settings_fail_naming_both():
@@ -176,16 +191,20 @@ def test_overlong_penalty_is_non_increasing_and_bounded(max_length, buffer, leng
 
 
 def test_overlong_shaping_reads_max_length_from_the_rollout_and_edits_rewards():
-    trainer = SimpleNamespace(world_size=1, global_rank=0, callbacks=[SimpleNamespace(sampling=SamplingConfig(n=2, max_new_tokens=10))])
+    trainer = SimpleNamespace(
+        world_size=1, global_rank=0, callbacks=[SimpleNamespace(sampling=SamplingConfig(n=2, max_new_tokens=10))]
+    )
     module = CaptureModule(trainer)
     batch = make_batch([1.0, 0.0, 1.0, 0.0], [0, 0, 1, 1], [3, 8, 9, 10], truncated=[False, False, False, True])
     shaping = OverlongRewardShaping(buffer_length=4, factor=0.5)  # penalty from L = 6: (6 - L) / 4
     assert shaping.resolve(trainer) == (10, 4)
-    shaping.on_rollout(trainer, module, batch)
-    torch.testing.assert_close(batch.rewards, torch.tensor([1.0, 0.0 - 0.5 * 0.5, 1.0 - 0.5 * 0.75, 0.0 - 0.5]))
-    shaping.on_update_end(trainer, module, batch, {})
-    assert module.logged["overlong_shaping/penalized_share"] == pytest.approx(0.75)
-    assert module.logged["overlong_shaping/penalty_mean"] == pytest.approx(-(0.25 + 0.375 + 0.5) / 4)
+    metrics = StepMetrics()
+    term = shaping.shape_rewards(trainer, module, batch, metrics)
+    torch.testing.assert_close(batch.rewards + term, torch.tensor([1.0, 0.0 - 0.5 * 0.5, 1.0 - 0.5 * 0.75, 0.0 - 0.5]))
+    assert batch.rewards.tolist() == [1.0, 0.0, 1.0, 0.0]  # the hook returns the term, the batch is untouched
+    logged = metrics.compute(Ranks(None))
+    assert float(logged["overlong_shaping/penalized_share"]) == pytest.approx(0.75)
+    assert float(logged["overlong_shaping/penalty_mean"]) == pytest.approx(-(0.25 + 0.375 + 0.5) / 4)
     # buffer from the fraction: round(0.2 * 10) = 2
     assert OverlongRewardShaping().resolve(trainer) == (10, 2)
     with pytest.raises(ValueError, match="exceeds"):
@@ -200,13 +219,13 @@ def test_overlong_filter_masks_truncated_rows_after_advantages():
     module = CaptureModule()
     norm = AdvantageNormalization("group", "none")
     batch.advantages = norm.compute_advantages(module.trainer, module, batch)
-    advantages = batch.advantages.clone()
-    OverlongFilter().on_advantages(module.trainer, module, batch)
-    assert batch.loss_mask.sum(-1).tolist() == [2.0, 0.0, 0.0, 3.0]
-    assert torch.equal(batch.advantages, advantages)  # the filter touches the mask only
-    assert torch.equal(batch.response_mask.sum(-1), torch.tensor([2.0, 4.0, 4.0, 3.0]))
-    assert module.logged["overlong_filter/masked_response_share"] == 0.5
-    assert module.logged["overlong_filter/masked_token_share"] == pytest.approx(8 / 13)
+    metrics = StepMetrics()
+    mask = OverlongFilter().loss_mask(module.trainer, module, batch, metrics)
+    assert (batch.loss_mask * mask).sum(-1).tolist() == [2.0, 0.0, 0.0, 3.0]
+    assert batch.loss_mask.sum(-1).tolist() == [2.0, 4.0, 4.0, 3.0]  # the hook returns the mask, the batch is untouched
+    logged = metrics.compute(Ranks(None))
+    assert float(logged["overlong_filter/masked_response_share"]) == 0.5
+    assert float(logged["overlong_filter/masked_token_share"]) == pytest.approx(8 / 13)
 
 
 def test_truncated_advantage_never_reaches_the_loss():
@@ -214,7 +233,7 @@ def test_truncated_advantage_never_reaches_the_loss():
     # equal those of the batch without it, for both aggregations.
     batch = make_batch([1.0, 0.0, 0.0, 1.0], [0, 0, 0, 0], [2, 4, 3, 3], truncated=[False, True, False, False])
     batch.advantages = torch.tensor([0.5, -7.0, -0.5, 0.5])
-    OverlongFilter().on_advantages(None, CaptureModule(), batch)
+    batch.loss_mask = batch.loss_mask * OverlongFilter().loss_mask(None, CaptureModule(), batch, StepMetrics())
     logp = torch.randn(4, 4, requires_grad=True)
     loss_rows, _ = clipped_surrogate(logp, torch.zeros(4, 4), batch.advantages)
     keep = torch.tensor([0, 2, 3])
@@ -232,22 +251,34 @@ def test_overlong_filter_without_truncation_changes_nothing(lengths):
     batch = make_batch(torch.rand(len(lengths)).tolist(), list(range(len(lengths))), lengths)
     batch.advantages = torch.randn(len(lengths))
     before = (batch.loss_mask.clone(), batch.advantages.clone(), batch.rewards.clone())
-    OverlongFilter().on_advantages(None, CaptureModule(), batch)
-    assert torch.equal(batch.loss_mask, before[0]) and torch.equal(batch.advantages, before[1]) and torch.equal(batch.rewards, before[2])
+    batch.loss_mask = batch.loss_mask * OverlongFilter().loss_mask(None, CaptureModule(), batch, StepMetrics())
+    assert (
+        torch.equal(batch.loss_mask, before[0])
+        and torch.equal(batch.advantages, before[1])
+        and torch.equal(batch.rewards, before[2])
+    )
 
 
 # -- advantage normalization options -------------------------------------------------------------------
 def test_truncated_responses_can_be_left_out_of_the_statistics():
     # g0 = [1, 0, 0*] with 0* truncated; g1 = [1, 1, 0].
-    batch = make_batch([1.0, 0.0, 0.0, 1.0, 1.0, 0.0], [0, 0, 0, 1, 1, 1], [3] * 6, truncated=[False, False, True, False, False, False])
+    batch = make_batch(
+        [1.0, 0.0, 0.0, 1.0, 1.0, 0.0], [0, 0, 0, 1, 1, 1], [3] * 6, truncated=[False, False, True, False, False, False]
+    )
     module = CaptureModule()
-    counted = AdvantageNormalization("group", "none", count_truncated=True).compute_advantages(module.trainer, module, batch)
-    excluded = AdvantageNormalization("group", "none", count_truncated=False).compute_advantages(module.trainer, module, batch)
+    counted = AdvantageNormalization("group", "none", count_truncated=True).compute_advantages(
+        module.trainer, module, batch
+    )
+    excluded = AdvantageNormalization("group", "none", count_truncated=False).compute_advantages(
+        module.trainer, module, batch
+    )
     torch.testing.assert_close(counted, torch.tensor([2 / 3, -1 / 3, -1 / 3, 1 / 3, 1 / 3, -2 / 3]))
     # Without the truncated one, g0's mean is 1/2; the truncated response is still centred by it.
     torch.testing.assert_close(excluded, torch.tensor([0.5, -0.5, -0.5, 1 / 3, 1 / 3, -2 / 3]))
     # Mixed normalization: batch std over the 5 counted rewards [1, 0, 1, 1, 0]: mean 0.6, var 0.3.
-    mixed = AdvantageNormalization("group", "batch", eps=0.0, count_truncated=False).compute_advantages(module.trainer, module, batch)
+    mixed = AdvantageNormalization("group", "batch", eps=0.0, count_truncated=False).compute_advantages(
+        module.trainer, module, batch
+    )
     torch.testing.assert_close(mixed, torch.tensor([0.5, -0.5, -0.5, 1 / 3, 1 / 3, -2 / 3]) / math.sqrt(0.3))
 
 
@@ -256,15 +287,21 @@ def test_token_weighted_statistics_by_hand():
     # Bessel std sqrt((9/16 + 3/16) / 3) = 1/2.
     batch = make_batch([1.0, 0.0], [0, 0], [1, 3])
     module = CaptureModule()
-    got = AdvantageNormalization("group", "group", eps=0.0, weighting="token").compute_advantages(module.trainer, module, batch)
+    got = AdvantageNormalization("group", "group", eps=0.0, weighting="token").compute_advantages(
+        module.trainer, module, batch
+    )
     torch.testing.assert_close(got, torch.tensor([(1 - 0.25) / 0.5, (0 - 0.25) / 0.5]))
-    got = AdvantageNormalization("batch", "batch", eps=0.0, weighting="token").compute_advantages(module.trainer, module, batch)
+    got = AdvantageNormalization("batch", "batch", eps=0.0, weighting="token").compute_advantages(
+        module.trainer, module, batch
+    )
     torch.testing.assert_close(got, torch.tensor([1.5, -0.5]))
 
 
 @settings(max_examples=40, deadline=None)
 @given(
-    st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0.0, 1.0, 0.5]), st.integers(1, 4)), min_size=2, max_size=10),
+    st.lists(
+        st.tuples(st.integers(0, 3), st.sampled_from([0.0, 1.0, 0.5]), st.integers(1, 4)), min_size=2, max_size=10
+    ),
     st.sampled_from(["group", "batch", "none"]),
     st.sampled_from(["group", "batch", "none"]),
 )
@@ -273,7 +310,9 @@ def test_token_weighting_equals_sample_weighting_of_repeated_rewards(rows, mean_
     rewards = torch.tensor([r for _, r, _ in rows])
     lengths = torch.tensor([n for _, _, n in rows])
     got = normalized_advantages(rewards, groups, mean_scope, std_scope, weights=lengths.double())
-    expanded = normalized_advantages(rewards.repeat_interleave(lengths), groups.repeat_interleave(lengths), mean_scope, std_scope)
+    expanded = normalized_advantages(
+        rewards.repeat_interleave(lengths), groups.repeat_interleave(lengths), mean_scope, std_scope
+    )
     first_token = torch.cumsum(lengths, 0) - lengths
     torch.testing.assert_close(got, expanded[first_token], rtol=1e-5, atol=1e-5)
 
@@ -289,7 +328,9 @@ def test_zero_weight_equals_leaving_the_response_out_of_the_statistics(rows):
     assume(counted.any())
     for mean_scope, std_scope in [("group", "batch"), ("group", "group"), ("batch", "batch"), ("group", "none")]:
         # bound_excluded=False: the raw statistics (the bound on top is tested in test_settings.py)
-        got = normalized_advantages(rewards, groups, mean_scope, std_scope, eps=1e-6, weights=counted.double(), bound_excluded=False)
+        got = normalized_advantages(
+            rewards, groups, mean_scope, std_scope, eps=1e-6, weights=counted.double(), bound_excluded=False
+        )
         kept_r, kept_g = rewards[counted], groups[counted]
         b_mean, b_std = kept_r.mean(), kept_r.std() if kept_r.numel() > 1 else torch.zeros((), dtype=torch.float64)
         for i in range(len(rows)):
@@ -341,11 +382,16 @@ def test_dynamic_sampling_judges_correctness_not_shaped_rewards():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 6), st.booleans()), min_size=1, max_size=40), st.sampled_from(["correct", "reward"]))
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.booleans()), min_size=1, max_size=40),
+    st.sampled_from(["correct", "reward"]),
+)
 def test_dynamic_sampling_never_emits_an_all_same_group(rows, metric):
     groups = torch.tensor([g for g, _ in rows])
     correct = [c for _, c in rows]
-    batch = make_batch([float(c) for c in correct], groups, [1] * len(rows), statuses=["correct" if c else "wrong" for c in correct])
+    batch = make_batch(
+        [float(c) for c in correct], groups, [1] * len(rows), statuses=["correct" if c else "wrong" for c in correct]
+    )
     keep = DynamicSampling(metric=metric).keep_groups(None, None, batch)
     kept = batch.select(torch.nonzero(keep).squeeze(-1))
     for g in kept.group_ids.unique():
@@ -384,7 +430,7 @@ def test_kl_with_zero_coefficient_loads_nothing_and_adds_nothing():
     module = SimpleNamespace(model_path="/does/not/exist", device=torch.device("cpu"))
     kl.on_fit_start(None, module)
     assert kl.reference is None
-    ctx = MiniBatchContext(batch=make_batch([1.0], [0], [2]), logprobs=torch.zeros(1, 2), logits=torch.zeros(1, 2, 4))
+    ctx = MiniBatchContext(batch=make_batch([1.0], [0], [2]), logprobs=torch.zeros(1, 2))
     assert kl.extra_loss_terms(None, module, ctx) == {}
 
 
@@ -396,6 +442,7 @@ def test_kl_reference_is_the_initial_policy(tiny_model_path):
     gen = torch.Generator().manual_seed(0)
     n, p, r = 3, 4, 5
     input_ids = torch.randint(3, 50, (n, p + r), generator=gen)
+    input_ids[1, :p] = input_ids[0, :p]  # rows 0 and 1 answer one prompt (group 0)
     batch = RolloutBatch(
         input_ids=input_ids,
         attention_mask=torch.ones(n, p + r, dtype=torch.long),
@@ -420,12 +467,11 @@ def test_kl_reference_is_the_initial_policy(tiny_model_path):
     from lite_ppo.ops import logprobs_from_logits
 
     logp = logprobs_from_logits(logits, batch.response_ids)
-    terms = kl.extra_loss_terms(None, module, MiniBatchContext(batch=batch, logprobs=logp, logits=logits))
+    metrics = StepMetrics()
+    terms = kl.extra_loss_terms(None, module, MiniBatchContext(batch=batch, logprobs=logp, metrics=metrics))
     expected = 0.5 * (torch.exp(policy_logp - logp) - (policy_logp - logp) - 1)
     torch.testing.assert_close(terms["kl"], expected, atol=1e-5, rtol=1e-4)
     assert terms["kl"].requires_grad and float(terms["kl"].detach().sum()) > 0
-    capture = CaptureModule()
-    kl.on_update_end(SimpleNamespace(world_size=1), capture, batch, {})
-    assert capture.logged["kl/ref_kl"] == pytest.approx(float(expected.mean() / 0.5), rel=1e-4)
+    assert float(metrics.compute(Ranks(None))["kl/ref_kl"]) == pytest.approx(float(expected.mean() / 0.5), rel=1e-4)
     kl.on_fit_end(None, module)
     assert kl.reference is None

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, read_scalars
+from conftest import REPO, read_scalars, tiny_fit_args
 from lite_ppo.data.synthetic import SyntheticSource
-from lite_ppo.hooks import Technique
 from lite_ppo.metric_names import REWARD_ACCURACY
 from lite_ppo.models.tiny_arith import PretrainConfig, build_tiny_arith_model, worked_answer
 from lite_ppo.rewards import MathVerifyReward
+from lite_ppo.technique import Technique
 
 
 def _held_out(count: int) -> list:
@@ -104,7 +104,9 @@ def _teacher_forced(model, tokenizer, problems) -> tuple[torch.Tensor, torch.Ten
     prompts = PromptFormatter().encode([p.problem for p in problems], tokenizer)
     probs, argmax_match = [], []
     for p, prompt in zip(problems, prompts, strict=True):
-        answer = tokenizer(worked_answer(p.metadata["expression"]), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        answer = tokenizer(worked_answer(p.metadata["expression"]), add_special_tokens=False)["input_ids"] + [
+            tokenizer.eos_token_id
+        ]
         ids = torch.tensor([prompt + answer])
         logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
         target = torch.tensor(answer)
@@ -136,10 +138,14 @@ def test_model_answers_some_problems_right_and_groups_are_mixed(policy):
 
     def correctness(generations) -> torch.Tensor:
         texts = [[tokenizer.decode(g.token_ids, skip_special_tokens=True) for g in group] for group in generations]
-        return torch.tensor([[reward.score(t, p.answer).score for t in group] for group, p in zip(texts, problems, strict=True)])
+        return torch.tensor(
+            [[reward.score(t, p.answer).score for t in group] for group, p in zip(texts, problems, strict=True)]
+        )
 
     n = 8
-    sampled = correctness(engine.generate(prompts, SamplingConfig(n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=32), seed=0))
+    sampled = correctness(
+        engine.generate(prompts, SamplingConfig(n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=32), seed=0)
+    )
     greedy = correctness(engine.generate(prompts, SamplingConfig(n=1, greedy=True, max_new_tokens=32)))[:, 0]
     accuracy, greedy_accuracy = sampled.mean().item(), greedy.mean().item()
     per_group = sampled.sum(-1)
@@ -165,7 +171,7 @@ def test_model_answers_some_problems_right_and_groups_are_mixed(policy):
 class GroupRecorder(Technique):
     """Test technique: records, per training step, how many responses of each group the verifier
     judged correct, for every generation round (``on_rollout``) and for the batch that is trained
-    on (``on_advantages``, after dynamic sampling's filtering and refill)."""
+    on (``loss_mask``, after dynamic sampling's filtering and refill)."""
 
     instances: list[GroupRecorder] = []
 
@@ -177,7 +183,7 @@ class GroupRecorder(Technique):
     @staticmethod
     def outcomes(batch) -> list[tuple[int, int]]:
         """(correct, total) per group, groups in order of first appearance."""
-        correct = [s == "correct" for s in batch.extras["reward_status"]]
+        correct = [s == "correct" for s in batch.reward_status]
         per_group: dict[int, list[int]] = {}
         for g, ok in zip(batch.group_ids.tolist(), correct, strict=True):
             per_group.setdefault(g, []).append(int(ok))
@@ -186,27 +192,17 @@ class GroupRecorder(Technique):
     def on_rollout(self, trainer, module, batch) -> None:
         self._rounds.append(self.outcomes(batch))
 
-    def on_advantages(self, trainer, module, batch) -> None:
+    def loss_mask(self, trainer, module, batch, metrics) -> None:
         self.steps.append({"rounds": self._rounds, "trained": self.outcomes(batch)})
         self._rounds = []
+        return None
 
 
 def _fit(tmp: Path, *extra: str) -> dict[str, list[float]]:
     """A fit through the CLI with the smoke config; TensorBoard scalars in step order."""
     from lite_ppo.cli import main
 
-    main(
-        [
-            "fit",
-            "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
-            "--config", str(REPO / "configs/models/tiny.yaml"),
-            "--trainer.default_root_dir", str(tmp),
-            "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
-            "--trainer.logger.init_args.version", "run",
-            "--trainer.enable_progress_bar=false",
-            *extra,
-        ]
-    )
+    main(tiny_fit_args(tmp, "--trainer.enable_progress_bar=false", *extra))
     return {tag: [v for _, v in sorted(values)] for tag, values in read_scalars(tmp / "tb").items()}
 
 
@@ -228,7 +224,12 @@ def test_dynamic_sampling_trains_only_mixed_groups(tmp_path, tiny_arith_path):
     holds all-correct / all-wrong groups; with it (same seeds) every trained group is mixed, and
     the logged dropped share and refill rounds equal what the recorder saw."""
     steps, prompts, n = 3, 8, 4
-    common = [f"--data.steps_per_epoch={steps}", f"--data.prompts_per_step={prompts}", f"--rollout.sampling.n={n}", "--trainer.callbacks+=test_tiny_arith.GroupRecorder"]
+    common = [
+        f"--data.steps_per_epoch={steps}",
+        f"--data.prompts_per_step={prompts}",
+        f"--rollout.sampling.n={n}",
+        "--trainer.callbacks+=test_tiny_arith.GroupRecorder",
+    ]
 
     GroupRecorder.instances.clear()
     _fit(tmp_path / "plain", *common)
@@ -240,7 +241,8 @@ def test_dynamic_sampling_trains_only_mixed_groups(tmp_path, tiny_arith_path):
 
     GroupRecorder.instances.clear()
     scalars = _fit(
-        tmp_path / "dynamic", *common,
+        tmp_path / "dynamic",
+        *common,
         "--trainer.callbacks+=lite_ppo.callbacks.DynamicSampling",
         "--rollout.max_refill_rounds=6",
     )
@@ -287,8 +289,11 @@ def test_lite_ppo_raises_the_training_reward(tmp_path, tiny_arith_path):
     seed = 1
     scalars = _fit(
         tmp_path,
-        "--config", str(REPO / "configs/models/tiny_learning.yaml"),
-        f"--seed_everything={seed}", f"--data.seed={seed}", f"--rollout.seed={seed}",
+        "--config",
+        str(REPO / "configs/models/tiny_learning.yaml"),
+        f"--seed_everything={seed}",
+        f"--data.seed={seed}",
+        f"--rollout.seed={seed}",
     )
     accuracy = scalars[REWARD_ACCURACY]
     assert len(accuracy) == 15, accuracy

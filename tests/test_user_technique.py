@@ -23,12 +23,18 @@ def test_user_entropy_bonus_through_the_cli(tmp_path, tiny_model_path, monkeypat
     main(
         [
             "fit",
-            "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
-            "--config", str(USER_DIR / "lite_ppo_entropy_bonus.yaml"),
-            "--config", str(REPO / "configs/models/tiny.yaml"),
-            "--data.steps_per_epoch", "2",
-            "--trainer.default_root_dir", str(tmp_path),
-            "--trainer.logger.init_args.save_dir", str(tmp_path / "tb"),
+            "--config",
+            str(REPO / "configs/recipes/lite_ppo.yaml"),
+            "--config",
+            str(USER_DIR / "lite_ppo_entropy_bonus.yaml"),
+            "--config",
+            str(REPO / "configs/models/tiny.yaml"),
+            "--data.steps_per_epoch",
+            "2",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--trainer.logger.init_args.save_dir",
+            str(tmp_path / "tb"),
         ]
     )
     import entropy_bonus

@@ -71,10 +71,15 @@ def world(tiny_model_path):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         states = {"initial": {k: v.detach().clone() for k, v in model.state_dict().items()}}
-        states["stepped"] = _adamw_steps(model, _lm_batch([p + tokenizer.encode(" The answer is 7.") + [eos] for p in prompts], eos), 1e-3, 1)
+        states["stepped"] = _adamw_steps(
+            model, _lm_batch([p + tokenizer.encode(" The answer is 7.") + [eos] for p in prompts], eos), 1e-3, 1
+        )
         model.load_state_dict(states["initial"])
         gen = torch.Generator().manual_seed(0)
-        seqs = [prompts[i % len(prompts)] + torch.randint(3, len(tokenizer), (2 + i % 6,), generator=gen).tolist() + [eos] for i in range(16)]
+        seqs = [
+            prompts[i % len(prompts)] + torch.randint(3, len(tokenizer), (2 + i % 6,), generator=gen).tolist() + [eos]
+            for i in range(16)
+        ]
         states["eos_prone"] = _adamw_steps(model, _lm_batch(seqs, eos), 1e-2, 4)
         model.load_state_dict(states["initial"])
 
@@ -95,7 +100,14 @@ def _use(world, state: str) -> None:
 def _hf_greedy(world, prompt: list[int], max_new_tokens: int) -> list[int]:
     model, eos = world["model"], world["eos"]
     ids = torch.tensor([prompt])
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos, pad_token_id=eos)
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        eos_token_id=eos,
+        pad_token_id=eos,
+    )
     tokens = out[0, len(prompt) :].tolist()
     return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
 
@@ -182,11 +194,15 @@ def test_logprobs_match_trainer(world):
                 worst = max(worst, (trainer - engine_lp).abs().max().item())
                 # what other definitions would give: no temperature, or renormalised over top-k
                 kth = (logits / temperature).topk(top_k, -1).values[:, -1:]
-                top_k_renormalised = torch.log_softmax((logits / temperature).masked_fill(logits / temperature < kth, float("-inf")), -1)
+                top_k_renormalised = torch.log_softmax(
+                    (logits / temperature).masked_fill(logits / temperature < kth, float("-inf")), -1
+                )
                 for wrong in (torch.log_softmax(logits, -1), top_k_renormalised):
                     worst_wrong = max(worst_wrong, (_picked(wrong, gen.token_ids) - engine_lp).abs().max().item())
                 if sampling.top_k > 0:  # top-k still shapes sampling: every token is in the top-k
-                    assert bool((_picked(logits, gen.token_ids)[:, None] >= logits.topk(top_k, -1).values[:, -1:]).all())
+                    assert bool(
+                        (_picked(logits, gen.token_ids)[:, None] >= logits.topk(top_k, -1).values[:, -1:]).all()
+                    )
         assert worst < LOGPROB_ATOL, (sampling, worst)
         assert worst_wrong > 1e-2, "the test must tell the definitions apart"
 
@@ -195,7 +211,9 @@ def test_truncation_flags_and_lengths(world):
     engine, prompts, eos = world["engine"], world["prompts"], world["eos"]
     _use(world, "eos_prone")
     max_new = 8
-    groups = engine.generate(prompts, SamplingConfig(n=4, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new), seed=5)
+    groups = engine.generate(
+        prompts, SamplingConfig(n=4, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new), seed=5
+    )
     flags = [g.truncated for group in groups for g in group]
     assert any(flags) and not all(flags), "the EOS-prone model should give both finish reasons"
     for group in groups:
@@ -207,7 +225,9 @@ def test_truncation_flags_and_lengths(world):
                 assert gen.token_ids[-1] == eos and eos not in gen.token_ids[:-1]
 
     # Greedy agrees with HF on where it stops, EOS included.
-    for prompt, group in zip(prompts, engine.generate(prompts, SamplingConfig(n=1, greedy=True, max_new_tokens=max_new))):
+    for prompt, group in zip(
+        prompts, engine.generate(prompts, SamplingConfig(n=1, greedy=True, max_new_tokens=max_new))
+    ):
         assert group[0].token_ids == _hf_greedy(world, prompt, max_new)
         assert group[0].truncated == (eos not in group[0].token_ids)
 
@@ -273,11 +293,21 @@ def test_engine_builds_from_yaml_class_path():
     parser = ArgumentParser()
     parser.add_argument("--engine", type=RolloutEngine)
     cfg = parser.parse_object(
-        {"engine": {"class_path": "lite_ppo.rollout.vllm.VLLMEngine", "init_args": {"dtype": "bfloat16", "kv_cache_space_gib": 2, "sync_bucket_bytes": 1024}}}
+        {
+            "engine": {
+                "class_path": "lite_ppo.rollout.vllm.VLLMEngine",
+                "init_args": {"dtype": "bfloat16", "kv_cache_space_gib": 2, "sync_bucket_bytes": 1024},
+            }
+        }
     )
     engine = parser.instantiate_classes(cfg).engine
     assert isinstance(engine, VLLMEngine)
-    assert (engine.dtype, engine.kv_cache_space_gib, engine.sync_bucket_bytes, engine.enforce_eager) == ("bfloat16", 2, 1024, True)
+    assert (engine.dtype, engine.kv_cache_space_gib, engine.sync_bucket_bytes, engine.enforce_eager) == (
+        "bfloat16",
+        2,
+        1024,
+        True,
+    )
     assert engine.llm is None  # nothing is built before setup
 
 
@@ -295,6 +325,52 @@ def test_engine_dtype_other_than_the_policy_is_reported(tiny_model_path, caplog)
         engine.setup(model, tokenizer, tiny_model_path)
     try:
         assert engine.engine_dtype == torch.bfloat16
-        assert any("runs in torch.bfloat16 but the policy's weights are torch.float32" in r.getMessage() for r in caplog.records)
+        assert any(
+            "runs in torch.bfloat16 but the policy's weights are torch.float32" in r.getMessage()
+            for r in caplog.records
+        )
     finally:
         engine.close()
+
+
+def test_temperature_scales_the_model_logit_scale_kept_by_the_engine(monkeypatch):
+    """``logprobs_mode="trainer"`` folds 1/T into each vLLM logits processor's scale: the model's own
+    scale (read once at setup, kept by the engine) times 1/T, never compounding, and nothing of ours
+    is stored on vLLM's processors. A stand-in ``vllm.LLM`` holds two processors (own scales 0.5, 2)."""
+    import types
+
+    import vllm
+    from vllm.model_executor.layers.logits_processor import LogitsProcessor
+
+    processors = []
+    for own_scale in (0.5, 2.0):
+        processor = LogitsProcessor.__new__(LogitsProcessor)  # no vLLM config needed: only `scale` is used
+        torch.nn.Module.__init__(processor)
+        processor.scale = own_scale
+        processors.append(processor)
+    model = torch.nn.ModuleList(processors)
+
+    class FakeLLM:
+        def __init__(self, **kwargs):
+            self.llm_engine = types.SimpleNamespace(model_config=types.SimpleNamespace(dtype=torch.float32))
+
+        def apply_model(self, func):
+            return [func(model)]
+
+        def generate(self, prompts, params, use_tqdm=False):
+            return []
+
+    for name in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE", "VLLM_LOGGING_LEVEL"):
+        monkeypatch.delenv(name, raising=False)  # restored after the test: setup() sets them
+    monkeypatch.setattr(vllm, "LLM", FakeLLM)
+    policy = torch.nn.Linear(2, 2)
+    tokenizer = types.SimpleNamespace(eos_token_id=0)
+    engine = VLLMEngine(dtype="float32", log_level=None)
+    engine.setup(policy, tokenizer, "unused")
+    for temperature in (0.5, 0.5, 0.25, None, 0.8):  # None: greedy
+        greedy = temperature is None
+        sampling = SamplingConfig(n=1, greedy=True) if greedy else SamplingConfig(n=1, temperature=temperature)
+        assert engine.generate([], sampling) == []
+        factor = 1.0 if temperature is None else 1.0 / temperature
+        assert [p.scale for p in processors] == [0.5 * factor, 2.0 * factor]
+    assert all(not k.startswith("_lite_ppo") for p in processors for k in vars(p))

@@ -22,7 +22,6 @@ bfloat16 engine (~1e-2) or the wrong temperature would each exceed it.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -32,7 +31,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 from conftest import REPO, read_scalars  # noqa: E402
 from lite_ppo.cli import main  # noqa: E402
-from lite_ppo.hooks import Technique  # noqa: E402
+from lite_ppo.technique import Technique  # noqa: E402
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 DRIFT_TOLERANCE = 1e-3
@@ -42,8 +41,8 @@ STEPS = 2
 class AlternatingReward(Technique):
     """Rewards 1, 0, 1, 0, ... by row: every group of an even size is mixed (non-zero advantages)."""
 
-    def on_rollout(self, trainer, module, batch):
-        batch.rewards = (torch.arange(batch.num_responses, device=batch.rewards.device) % 2 == 0).float()
+    def shape_rewards(self, trainer, module, batch, metrics):
+        return (torch.arange(batch.num_responses, device=batch.rewards.device) % 2 == 0).float() - batch.rewards
 
 
 class SyncProbe(Technique):
@@ -53,7 +52,7 @@ class SyncProbe(Technique):
     def on_fit_start(self, trainer, pl_module):
         self.initial = {k: v.detach().clone() for k, v in pl_module.policy.state_dict().items()}
 
-    def on_old_logprobs(self, trainer, module, batch):
+    def token_weights(self, trainer, module, batch, metrics):  # the point where old log-probs exist
         rollout = next(cb for cb in trainer.callbacks if type(cb).__name__ == "Rollout")
         current = {k: v.detach().clone() for k, v in module.policy.state_dict().items()}
         module.policy.load_state_dict(self.initial)
@@ -61,11 +60,18 @@ class SyncProbe(Technique):
         module.policy.load_state_dict(current)
         mask = batch.response_mask
         stale_drift = ((stale - batch.engine_logprobs).abs() * mask).sum() / mask.sum()
-        lag = float(module.policy_version - rollout._synced_version)
+        lag = float(module.policy_version - rollout.producer.synced_version)
         module.log_dict(
-            {"probe/engine_lag": torch.tensor(lag), "probe/stale_mean_abs_diff": stale_drift, "probe/policy_version": torch.tensor(float(module.policy_version))},
-            on_step=True, on_epoch=False, batch_size=batch.num_responses,
+            {
+                "probe/engine_lag": torch.tensor(lag),
+                "probe/stale_mean_abs_diff": stale_drift,
+                "probe/policy_version": torch.tensor(float(module.policy_version)),
+            },
+            on_step=True,
+            on_epoch=False,
+            batch_size=batch.num_responses,
         )
+        return None
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +81,12 @@ def scalars(tmp_path_factory, tiny_model_path) -> dict[str, list[float]]:
     main(
         [
             "fit",
-            "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
-            "--config", str(REPO / "configs/models/tiny.yaml"),
-            "--config", str(REPO / "configs/engines/vllm_cpu.yaml"),
+            "--config",
+            str(REPO / "configs/recipes/lite_ppo.yaml"),
+            "--config",
+            str(REPO / "configs/models/tiny.yaml"),
+            "--config",
+            str(REPO / "configs/engines/vllm_cpu.yaml"),
             "--trainer.callbacks+=lite_ppo.callbacks.LogprobDrift",
             "--trainer.callbacks+=test_vllm_fit.AlternatingReward",
             "--trainer.callbacks+=test_vllm_fit.SyncProbe",
@@ -85,9 +94,12 @@ def scalars(tmp_path_factory, tiny_model_path) -> dict[str, list[float]]:
             "--model.lr=1e-3",
             "--rollout.engine.init_args.kv_cache_space_gib=0.25",
             "--rollout.engine.init_args.max_model_len=256",
-            "--trainer.default_root_dir", str(tmp),
-            "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
-            "--trainer.logger.init_args.version", "run",
+            "--trainer.default_root_dir",
+            str(tmp),
+            "--trainer.logger.init_args.save_dir",
+            str(tmp / "tb"),
+            "--trainer.logger.init_args.version",
+            "run",
         ]
     )
     return {tag: [v for _, v in sorted(values)] for tag, values in read_scalars(tmp / "tb").items()}

@@ -8,7 +8,7 @@
   a resume from the second checkpoint runs the remaining step (and reproduces the first run's
   weights exactly once the sampler fix is in); ``lite-ppo export-hf`` writes a folder that
   transformers loads and generates with, holding exactly the consolidated trained weights.
-- :func:`lite_ppo.strategies.iter_gathered_state` never has more than ``bucket_bytes`` of
+- :func:`lite_ppo.weight_gather.iter_gathered_state` never has more than ``bucket_bytes`` of
   parameters gathered (measured independently: bytes of parameters whose full data is present).
 
 This file is also the launcher script of the CLI runs (``torchrun ... tests/test_zero3.py fit ...``
@@ -34,18 +34,28 @@ from test_distributed import (  # noqa: E402
     initial_weights,
     launch,
     load_results,
-    single_results,
     skip_deepspeed_shm_op,
     worker_env,
 )
 
 
-
 def torchrun(args: list[str], timeout: int = 400) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()), str(Path(__file__).resolve()), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(_free_port()),
+        str(Path(__file__).resolve()),
+        *args,
+    ]
     proc = subprocess.run(cmd, env=worker_env(), cwd=REPO, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-10000:]}")
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-10000:]}"
+        )
     return proc
 
 
@@ -60,7 +70,14 @@ def zero3_run(tmp_path_factory, tiny_model_path) -> Path:
     """One 2-rank ZeRO-3 run (activation checkpointing on) of the fixed global batch; afterwards the
     worker also generates with the HF engine and measures the bucketed gather (BUCKET)."""
     out = tmp_path_factory.mktemp("zero3")
-    launch("zero3", out, tiny_model_path, modes=["token-mean", "token-mean@clip0.5"], gradient_checkpointing=True, gather_bucket=BUCKET)
+    launch(
+        "zero3",
+        out,
+        tiny_model_path,
+        modes=["token-mean", "token-mean@clip0.5"],
+        gradient_checkpointing=True,
+        gather_bucket=BUCKET,
+    )
     return out
 
 
@@ -70,7 +87,9 @@ def test_zero3_equals_one_process(zero3_run, tiny_model_path, single_results):
     micro-batches inside DeepSpeed, DeepSpeed's grad norm) vs 1 process, same tolerances as DDP."""
     w0 = initial_weights(tiny_model_path)
     for mode in ("token-mean", "token-mean@clip0.5"):  # without clipping, and DeepSpeed's clipping vs torch's
-        measured = assert_same_as_single(load_results(zero3_run, mode), load_results(single_results, mode), w0, compare_grads="@clip" not in mode)
+        measured = assert_same_as_single(
+            load_results(zero3_run, mode), load_results(single_results, mode), w0, compare_grads="@clip" not in mode
+        )
         print(mode, {k: f"{v:.3g}" for k, v in measured.items() if not k.startswith("stat:")})
 
 
@@ -98,14 +117,31 @@ def test_bucketed_gather_bound(zero3_run):
 
 def test_plan_buckets_bounds_and_groups():
     """Without DeepSpeed: bucket planning by full sizes, tied tensors counted once, groups kept whole."""
-    from lite_ppo.model_state import iter_gathered_state, plan_buckets, transformer_block
+    from lite_ppo.weight_gather import iter_gathered_state, plan_buckets, transformer_block
 
     e, q0, k0, q1, big = (torch.zeros(n) for n in (10, 20, 30, 10, 50))  # float32: 40, 80, 120, 40, 200 bytes
-    state = [("model.embed", e), ("model.layers.0.q", q0), ("model.layers.0.k", k0), ("model.layers.1.q", q1), ("lm_head", e), ("big", big)]
+    state = [
+        ("model.embed", e),
+        ("model.layers.0.q", q0),
+        ("model.layers.0.k", k0),
+        ("model.layers.1.q", q1),
+        ("lm_head", e),
+        ("big", big),
+    ]
     names = lambda buckets: [[n for n, _ in bucket] for bucket in buckets]  # noqa: E731
-    assert names(plan_buckets(state, 120)) == [["model.embed", "model.layers.0.q"], ["model.layers.0.k"], ["model.layers.1.q", "lm_head"], ["big"]]
+    assert names(plan_buckets(state, 120)) == [
+        ["model.embed", "model.layers.0.q"],
+        ["model.layers.0.k"],
+        ["model.layers.1.q", "lm_head"],
+        ["big"],
+    ]
     # a block is never split: layers.0 (200 bytes) goes alone, over the bound
-    assert names(plan_buckets(state, 120, transformer_block)) == [["model.embed"], ["model.layers.0.q", "model.layers.0.k"], ["model.layers.1.q", "lm_head"], ["big"]]
+    assert names(plan_buckets(state, 120, transformer_block)) == [
+        ["model.embed"],
+        ["model.layers.0.q", "model.layers.0.k"],
+        ["model.layers.1.q", "lm_head"],
+        ["big"],
+    ]
     # a plain model: every state_dict entry, tied names right after their tensor's first name
     model = torch.nn.Sequential(torch.nn.Embedding(4, 2), torch.nn.Linear(2, 4, bias=False))
     model[1].weight = model[0].weight
@@ -118,7 +154,7 @@ def measure_bucketed_gather(policy: torch.nn.Module, bucket: int, full: dict[str
     rank (independently of the helper's own accounting). ``full``: the same weights gathered whole."""
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
 
-    from lite_ppo.strategies import GatherStats, iter_gathered_state
+    from lite_ppo.weight_gather import GatherStats, iter_gathered_state
 
     params = list({id(p): p for p in policy.parameters()}.values())
     assert all(hasattr(p, "ds_id") for p in params)
@@ -157,14 +193,21 @@ def measure_bucketed_gather(policy: torch.nn.Module, bucket: int, full: dict[str
 def _fit_args(tmp: Path, version: str, *extra: str) -> list[str]:
     return [
         "fit",
-        "--config", str(REPO / "configs/recipes/lite_ppo.yaml"),
-        "--config", str(REPO / "configs/models/tiny.yaml"),
-        "--config", str(REPO / "configs/strategies/zero3_cpu_test.yaml"),
+        "--config",
+        str(REPO / "configs/recipes/lite_ppo.yaml"),
+        "--config",
+        str(REPO / "configs/models/tiny.yaml"),
+        "--config",
+        str(REPO / "configs/strategies/zero3_cpu_test.yaml"),
         "--model.model_path=builtin:tiny",  # the export test compares against the random tiny model
-        "--trainer.default_root_dir", str(tmp),
-        "--trainer.logger.init_args.save_dir", str(tmp / "tb"),
-        "--trainer.logger.init_args.version", version,
-        "--trainer.enable_progress_bar", "false",
+        "--trainer.default_root_dir",
+        str(tmp),
+        "--trainer.logger.init_args.save_dir",
+        str(tmp / "tb"),
+        "--trainer.logger.init_args.version",
+        version,
+        "--trainer.enable_progress_bar",
+        "false",
         *extra,
     ]
 
@@ -210,7 +253,11 @@ def test_cli_fit_logs_and_saves_shards(cli_runs):
     shards = sorted(p.name for p in (cli_runs["ckpts"][-1] / "checkpoint").iterdir())
     assert sum("optim_states" in s for s in shards) == 2 and sum("model_states" in s for s in shards) == 2, shards
     # DeepSpeed clipped at the module's max_grad_norm (the recipe's 1.0)
-    states = torch.load(cli_runs["ckpts"][-1] / "checkpoint" / "zero_pp_rank_0_mp_rank_00_model_states.pt", map_location="cpu", weights_only=False)
+    states = torch.load(
+        cli_runs["ckpts"][-1] / "checkpoint" / "zero_pp_rank_0_mp_rank_00_model_states.pt",
+        map_location="cpu",
+        weights_only=False,
+    )
     assert states["ds_config"]["gradient_clipping"] == states["hyper_parameters"]["max_grad_norm"] == 1.0
 
 
@@ -227,10 +274,10 @@ def test_cli_resume_reproduces_the_run(cli_runs):
     """The rollout seeds depend only on (batch index, rank), so the resumed last step equals the first
     run's last step exactly when weights, AdamW states, LR schedule and data position were all
     restored from the shards (measured with the sampler fix: max abs difference 0.0)."""
-    from lite_ppo.export import fp32_policy_state_dict
+    from lite_ppo.checkpoint_reader import read_checkpoint
 
-    final = fp32_policy_state_dict(cli_runs["ckpts"][-1])
-    resumed = fp32_policy_state_dict(cli_runs["resumed_ckpts"][-1])
+    final = read_checkpoint(cli_runs["ckpts"][-1]).policy_weights
+    resumed = read_checkpoint(cli_runs["resumed_ckpts"][-1]).policy_weights
     for k in final:
         torch.testing.assert_close(resumed[k], final[k], rtol=0, atol=1e-6)
 
@@ -239,8 +286,8 @@ def test_cli_resume_reproduces_the_run(cli_runs):
 def test_export_hf_loads_and_generates(cli_runs, tiny_model_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from lite_ppo.checkpoint_reader import read_checkpoint
     from lite_ppo.cli import main as cli_main
-    from lite_ppo.export import fp32_policy_state_dict
 
     last = cli_runs["ckpts"][-1]
     out = cli_runs["tmp"] / "hf"
@@ -255,7 +302,7 @@ def test_export_hf_loads_and_generates(cli_runs, tiny_model_path):
     w0 = initial_weights(tiny_model_path)
     state = model.state_dict()
     assert any(not torch.equal(state[k], w0[k]) for k in w0)
-    for k, v in fp32_policy_state_dict(last).items():
+    for k, v in read_checkpoint(last).policy_weights.items():
         torch.testing.assert_close(state[k], v.to(state[k].dtype), rtol=0, atol=0)
     ids = tok("What is 2 plus 3?", return_tensors="pt")
     gen = model.generate(**ids, max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id)

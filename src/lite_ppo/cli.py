@@ -19,7 +19,7 @@ import dataclasses
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningCLI
@@ -38,7 +38,10 @@ from lite_ppo.research.run_record import RunRecord
 
 TRAINER_DEFAULTS = {
     "log_every_n_steps": 1,
-    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": {"save_dir": "runs", "name": None, "default_hp_metric": False}},  # name/version unset: runs/<recipe>/<model>/seed<S> (research/run_dir.py)
+    "logger": {
+        "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+        "init_args": {"save_dir": "runs", "name": None, "default_hp_metric": False},
+    },  # name/version unset: runs/<recipe>/<model>/seed<S> (research/run_dir.py)
     "num_sanity_val_steps": 0,
 }
 
@@ -85,7 +88,9 @@ class LitePPOCLI(LightningCLI):
         parser.add_lightning_class_args(CheckpointIntegrity, "checkpoint_integrity")
         parser.add_lightning_class_args(DivergenceGuard, "divergence_guard")
         # The recipe names itself (``recipe: lite_ppo``); run directories and run.json carry the name.
-        parser.add_argument("--recipe", type=Optional[str], default=None, help="name of the recipe (set by each recipe YAML)")
+        parser.add_argument(
+            "--recipe", type=str | None, default=None, help="name of the recipe (set by each recipe YAML)"
+        )
         parser.add_lightning_class_args(RunRecord, "run_record")
 
     def _parse_ckpt_path(self) -> None:
@@ -106,6 +111,13 @@ class LitePPOCLI(LightningCLI):
         # `--trainer.enable_progress_bar false` turns the console bar off rather than clashing with it.
         if config.get("enable_progress_bar") is False:
             callbacks = [cb for cb in callbacks if not isinstance(cb, ConsoleProgressBar)]
+        # Evaluation(evaluate_before_training=True) evaluates in the sanity check: all of it (-1).
+        configured = config.get("callbacks") or []
+        configured = configured if isinstance(configured, list) else [configured]
+        if self.subcommand == "fit" and any(
+            isinstance(cb, Evaluation) and cb.evaluate_before_training for cb in [*configured, *callbacks]
+        ):
+            config = {**config, "num_sanity_val_steps": -1}
         return super()._instantiate_trainer(config, callbacks)
 
     def before_instantiate_classes(self) -> None:
@@ -143,28 +155,53 @@ class LitePPOCLI(LightningCLI):
         present, missing, folder = present_benchmarks(specs, data_dir)
         if not present and val_size == 0:
             raise UserError(
-                "validate has nothing to evaluate: set data.val_size > 0 (problems held out per training tier), "
-                "or put the benchmark files in $LITE_PPO_EVAL_DIR, or add lite_ppo.callbacks.Evaluation to trainer.callbacks"
+                "validate has nothing to evaluate: set data.val_size > 0 (problems "
+                "held out per training tier), or put the benchmark files in "
+                "$LITE_PPO_EVAL_DIR, or add lite_ppo.callbacks.Evaluation to trainer.callbacks"
             )
         parts = [f"held-out tiers ({val_size} problems each)"] if val_size > 0 else []
         if present:
             parts.append("benchmarks " + ", ".join(spec.name for spec, _ in present))
-        note = f"; not found: {', '.join(missing)} (`lite-ppo data fetch NAME`, or $LITE_PPO_EVAL_DIR)" if missing else ""
+        note = (
+            f"; not found: {', '.join(missing)} (`lite-ppo data fetch NAME`, or $LITE_PPO_EVAL_DIR)" if missing else ""
+        )
         print(
             f"lite-ppo validate: evaluating {' and '.join(parts)}{note}. To choose benchmarks and a limit, "
             "add lite_ppo.callbacks.Evaluation to trainer.callbacks.",
             flush=True,
         )
-        return Evaluation(benchmarks=[_spec_mapping(spec) for spec, _ in present], data_dir=str(folder) if folder else None)
+        return Evaluation(
+            benchmarks=[_spec_mapping(spec) for spec, _ in present], data_dir=str(folder) if folder else None
+        )
 
-    def validate(self, model: LitePPO, datamodule: Any = None, ckpt_path: str | None = None, verbose: bool = True, weights_only: bool | None = None) -> Any:
+    def validate(
+        self,
+        model: LitePPO,
+        datamodule: Any = None,
+        ckpt_path: str | None = None,
+        verbose: bool = True,
+        weights_only: bool | None = None,
+    ) -> Any:
         """``Trainer.validate``; Lightning's own metric table is left out when the ``Evaluation``
         callback prints its (compact) tables."""
         printing = any(isinstance(cb, Evaluation) and cb.print_table for cb in self.trainer.callbacks)
-        return self.trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, verbose=verbose and not printing, weights_only=weights_only)
+        return self.trainer.validate(
+            model,
+            datamodule=datamodule,
+            ckpt_path=ckpt_path,
+            verbose=verbose and not printing,
+            weights_only=weights_only,
+        )
 
     # -- test: the benchmark evaluation of `lite-ppo evaluate` --------------------------------------
-    def test(self, model: LitePPO, datamodule: Any = None, ckpt_path: str | None = None, verbose: bool = True, weights_only: bool | None = None) -> dict[str, Any]:
+    def test(
+        self,
+        model: LitePPO,
+        datamodule: Any = None,
+        ckpt_path: str | None = None,
+        verbose: bool = True,
+        weights_only: bool | None = None,
+    ) -> dict[str, Any]:
         """Evaluate the benchmarks (those of a configured ``Evaluation`` callback, else the default
         list) with the config's model or ``ckpt_path``, the ``rollout:`` engine, prompt, reward and
         ``eval_sampling``; print the table and write ``metrics.json``, ``metrics.md`` and
@@ -176,15 +213,22 @@ class LitePPOCLI(LightningCLI):
         trainer = self.trainer
         rollout = next(cb for cb in trainer.callbacks if isinstance(cb, Rollout))
         evaluation = next((cb for cb in trainer.callbacks if isinstance(cb, Evaluation)), None)
-        specs, data_dir = (evaluation.specs, evaluation.data_dir) if evaluation is not None else default_benchmark_specs()
+        specs, data_dir = (
+            (evaluation.specs, evaluation.data_dir) if evaluation is not None else default_benchmark_specs()
+        )
         present, missing, _ = present_benchmarks(specs, data_dir)
         if not present:
             raise UserError(
-                f"test found none of the benchmark files ({', '.join(missing) or 'no benchmarks configured'}): set $LITE_PPO_EVAL_DIR "
-                "to the folder holding them, or give lite_ppo.callbacks.Evaluation(benchmarks=..., data_dir=...) in trainer.callbacks"
+                f"test found none of the benchmark files ({', '.join(missing) or 'no benchmarks configured'}): "
+                "set $LITE_PPO_EVAL_DIR to the folder holding them, or give "
+                "lite_ppo.callbacks.Evaluation(benchmarks=..., data_dir=...) in trainer.callbacks"
             )
         if missing:
-            print(f"lite-ppo test: not found, skipped: {', '.join(missing)} (`lite-ppo data fetch NAME`, or $LITE_PPO_EVAL_DIR)", flush=True)
+            print(
+                f"lite-ppo test: not found, skipped: {', '.join(missing)} "
+                "(`lite-ppo data fetch NAME`, or $LITE_PPO_EVAL_DIR)",
+                flush=True,
+            )
         if ckpt_path is not None:
             if not Path(str(ckpt_path)).exists():
                 raise UserError(f"--ckpt_path {ckpt_path}: no such checkpoint file or folder")
@@ -197,14 +241,25 @@ class LitePPOCLI(LightningCLI):
         sampling = rollout.eval_sampling
         try:
             results, records, timing = evaluate_problems(
-                module, rollout, present, sampling, batch_size=evaluation.batch_size if evaluation is not None else 32,
-                seed=rollout.seed, ks=evaluation.pass_k if evaluation is not None else None, progress=verbose,
+                module,
+                rollout.producer,
+                present,
+                sampling,
+                batch_size=evaluation.batch_size if evaluation is not None else 32,
+                seed=rollout.seed,
+                ks=evaluation.pass_k if evaluation is not None else None,
+                progress=verbose,
             )
         finally:
-            rollout.engine.close()
+            rollout.producer.close()
         titles = {spec.name: spec.display for spec, _ in present}
         out = Path(trainer.log_dir or trainer.default_root_dir) / "test"
-        info = {"model": str(ckpt_path or model.hparams.model_path), "engine": type(rollout.engine).__name__, "sampling": dataclasses.asdict(sampling), "timing": timing}
+        info = {
+            "model": str(ckpt_path or model.hparams.model_path),
+            "engine": type(rollout.engine).__name__,
+            "sampling": dataclasses.asdict(sampling),
+            "timing": timing,
+        }
         write_report(out, results, titles, info, records)
         groups = {**results["groups"], **{k: results[k] for k in ("average", "weighted_average") if results.get(k)}}
         for logger in trainer.loggers:
@@ -226,8 +281,8 @@ def run_lightning(argv: list[str]) -> None:
     for arg in argv[1:]:
         if arg.split("=", 1)[0].split(".", 1)[0] in _NOT_OFFERED:
             raise UserError(
-                f"{arg.split('=', 1)[0]} is not an option of lite-ppo: the policy trains with AdamW; "
-                "set model.lr, model.betas, model.weight_decay, model.warmup_steps and model.lr_schedule (constant|cosine)"
+                f"{arg.split('=', 1)[0]} is not an option of lite-ppo: the policy trains with AdamW; set model.lr, "
+                "model.betas, model.weight_decay, model.warmup_steps and model.lr_schedule (constant|cosine)"
             )
     # vLLM on CPU must run in-process for in-place weight updates.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

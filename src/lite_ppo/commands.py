@@ -3,7 +3,8 @@
 Every subcommand is a row of :data:`COMMANDS`: its name, a one-line summary and where it runs, given
 as a ``"module:function"`` string that is imported only when that command runs. So ``lite-ppo
 --help`` and ``lite-ppo <project command> --help`` answer without importing torch, Lightning or
-transformers; ``fit`` / ``validate`` / ``test`` build LightningCLI's parser (``lite_ppo.cli``).
+transformers; ``fit`` / ``validate`` / ``test`` build LightningCLI's parser (``lite_ppo.cli``), except
+for their plain ``--help``, which comes from a cache once built (``lite_ppo.help_cache``).
 
 Errors a user can fix (:class:`lite_ppo.errors.UserError`, and LightningCLI's parse errors) end in one
 line on stderr, ``lite-ppo <command>: error: ...``, with exit status 2 and no traceback. ``--debug``
@@ -46,21 +47,65 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("fit", "train a policy with a recipe (LightningCLI): --config RECIPE.yaml --config MODEL.yaml", "lite_ppo.cli:run_lightning", lightning=True),
-    Command("validate", "evaluate the held-out training problems and the benchmarks present; print the table", "lite_ppo.cli:run_lightning", lightning=True),
-    Command("test", "evaluate the benchmarks with the config's model or --ckpt_path; print and write the report", "lite_ppo.cli:run_lightning", lightning=True),
-    Command("evaluate", "evaluate a model folder, builtin or checkpoint on math benchmarks; write metrics and responses", "lite_ppo.evaluation.command:main"),
-    Command("prepare-model", "build or convert a builtin model into the local cache and print its folder", "lite_ppo.prepare_model:main"),
-    Command("export-hf", "write a Hugging Face folder from a checkpoint (DeepSpeed ZeRO shards included)", "lite_ppo.export:main"),
-    Command("data", "list, fetch and locate the registered datasets (benchmarks and training tiers)", "lite_ppo.data.command:main"),
-    Command("compare", "paper-style figures and a seed-aggregated summary of runs (TensorBoard event files)", "lite_ppo.research.compare:main"),
-    Command("sweep", "run a grid of recipes x seeds, one named run each, resumable; then compare them", "lite_ppo.research.sweep:main"),
-    Command("advise", "read a run's diagnostics and say which technique to add or remove, with the YAML", "lite_ppo.research.advise:main"),
+    Command(
+        "fit",
+        "train a policy with a recipe (LightningCLI): --config RECIPE.yaml --config MODEL.yaml",
+        "lite_ppo.cli:run_lightning",
+        lightning=True,
+    ),
+    Command(
+        "validate",
+        "evaluate the held-out training problems and the benchmarks present; print the table",
+        "lite_ppo.cli:run_lightning",
+        lightning=True,
+    ),
+    Command(
+        "test",
+        "evaluate the benchmarks with the config's model or --ckpt_path; print and write the report",
+        "lite_ppo.cli:run_lightning",
+        lightning=True,
+    ),
+    Command(
+        "evaluate",
+        "evaluate a model folder, builtin or checkpoint on math benchmarks; write metrics and responses",
+        "lite_ppo.evaluation.command:main",
+    ),
+    Command(
+        "prepare-model",
+        "build or convert a builtin model into the local cache and print its folder",
+        "lite_ppo.prepare_model:main",
+    ),
+    Command(
+        "export-hf",
+        "write a Hugging Face folder from a checkpoint (DeepSpeed ZeRO shards included)",
+        "lite_ppo.export:main",
+    ),
+    Command(
+        "data",
+        "list, fetch and locate the registered datasets (benchmarks and training tiers)",
+        "lite_ppo.data.command:main",
+    ),
+    Command(
+        "compare",
+        "paper-style figures and a seed-aggregated summary of runs (TensorBoard event files)",
+        "lite_ppo.research.compare:main",
+    ),
+    Command(
+        "sweep",
+        "run a grid of recipes x seeds, one named run each, resumable; then compare them",
+        "lite_ppo.research.sweep:main",
+    ),
+    Command(
+        "advise",
+        "read a run's diagnostics and say which technique to add or remove, with the YAML",
+        "lite_ppo.research.advise:main",
+    ),
 )
 
 # LightningCLI subcommands lite-ppo does not offer, and what to use instead (one line each).
 REMOVED: dict[str, str] = {
-    "predict": "not offered; to write responses use `lite-ppo evaluate --model MODEL --benchmarks FILE_OR_YAML --out DIR` "
+    "predict": "not offered; to write responses use "
+    "`lite-ppo evaluate --model MODEL --benchmarks FILE_OR_YAML --out DIR` "
     "(every response goes to DIR/responses.jsonl; see `lite-ppo evaluate --help`)",
 }
 
@@ -96,8 +141,19 @@ def main(argv: list[str] | None = None) -> int | None:
 
     LightningCLI subcommands return ``None`` when they finish; project commands end with
     ``SystemExit(code)`` (as ``argparse`` does); user errors end with ``SystemExit(2)`` after one line
-    on stderr (re-raised as they are with ``--debug`` or ``LITE_PPO_DEBUG=1``).
+    on stderr (re-raised as they are with ``--debug`` or ``LITE_PPO_DEBUG=1``). Output piped into a
+    reader that stops early (``lite-ppo --help | head``) ends quietly.
     """
+    try:
+        return _run(argv)
+    except BrokenPipeError:
+        # The reader is gone: point stdout at devnull so the interpreter's final flush does not
+        # raise again (the recipe of Python's signal documentation), and exit like `head`'s writer.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(141) from None
+
+
+def _run(argv: list[str] | None) -> int | None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = debug_enabled(args)
     args = [a for a in args if a != DEBUG_FLAG]
@@ -116,6 +172,14 @@ def main(argv: list[str] | None = None) -> int | None:
         if command is None:
             hint = "put options after the command" if name.startswith("-") else f"unknown command {name!r}"
             raise UserError(f"{hint}; the commands are: {', '.join(_BY_NAME)} (see `{PROG} --help`)")
+        if command.lightning and argv is None:
+            # `fit|validate|test --help` from the stored text when nothing it depends on changed
+            # (lite_ppo.help_cache): LightningCLI's parser takes ~6 s to build, most of it imports.
+            from lite_ppo.help_cache import serve
+
+            status = serve(name, rest)
+            if status is not None:
+                raise SystemExit(status)
         function = _load(command.target)
         if command.lightning:
             return function([name, *rest])
@@ -154,9 +218,13 @@ def parser_message(message: str) -> str:
     text = _one_line(message)
     text = re.sub(r'Parser key "([^"]+)":\s*', r"\1: ", text)
     text = re.sub(r"<class '([\w.]+)'>", r"\1", text)
-    text = re.sub(r"Expected a (\S+?)\. Got value: (.*)$", lambda m: f"expected {m.group(1)}, got {m.group(2).strip()!r}", text)
+    text = re.sub(
+        r"Expected a (\S+?)\. Got value: (.*)$", lambda m: f"expected {m.group(1)}, got {m.group(2).strip()!r}", text
+    )
     # A union (Optional[int], dict | None): "expected int or null, got 'x'" instead of one error per member.
-    union = re.search(r"Does not validate against any of the Union subtypes Subtypes: \[(.*)\] Errors:.* Given value: (.*)$", text)
+    union = re.search(
+        r"Does not validate against any of the Union subtypes Subtypes: \[(.*)\] Errors:.* Given value: (.*)$", text
+    )
     if union:
         types = re.sub(r"\bNoneType\b", "null", union.group(1))
         types = re.sub(r",\s*(?![^\[]*\])", " or ", types)  # commas outside brackets

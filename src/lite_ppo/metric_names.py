@@ -45,6 +45,8 @@ ADVANTAGE_STD = "update/advantage_std"
 ADVANTAGE_MIN = "update/advantage_min"
 ADVANTAGE_MAX = "update/advantage_max"
 LOSS_TOKEN_FRACTION = "update/loss_token_fraction"  # response tokens that enter the loss
+ENGINE_LOGPROB_DRIFT = "update/engine_logprob_drift"  # model.old_logprobs: engine: the guard's measured gap
+PADDING_EFFICIENCY = "update/padding_efficiency"  # real tokens / token positions the update's forwards processed
 POLICY_LOSS = "loss/policy"
 TOTAL_LOSS = "loss/total"
 PROMPT_LENGTH = "prompt/length_mean"  # tokens
@@ -52,7 +54,8 @@ PEAK_RSS = "memory/peak_rss_gib"
 PEAK_GPU = "memory/peak_gpu_gib"
 GENERATION_SECONDS = "time/generation_s"
 UPDATE_SECONDS = "time/update_s"
-SKIPPED_STEPS = "update/skipped_steps"  # optimizer steps the divergence guard skipped so far in the run (non-finite loss or grad norm)
+# optimizer steps the divergence guard skipped so far in the run (non-finite loss or grad norm)
+SKIPPED_STEPS = "update/skipped_steps"
 
 # Evaluation: eval/<benchmark>/accuracy for every benchmark and held-out tier, and the paper's average.
 EVAL_PREFIX = "eval/"
@@ -78,13 +81,33 @@ def val_accuracy(tier: str) -> str:
 # every response generated for the step (all refill rounds, dropped groups included); "trained"
 # means the batch the optimizer saw. Values are global over data-parallel ranks unless noted.
 SCALARS: dict[str, tuple[str, str]] = {
-    REWARD_ACCURACY: ("Diagnostics", "share of generated responses the verifier judged correct (`RolloutBatch.correct`; shaping does not change it)"),
-    REWARD_MEAN: ("Diagnostics", "mean reward of the generated responses after every technique's reward shaping (what the advantage estimator sees)"),
+    REWARD_ACCURACY: (
+        "Diagnostics",
+        "share of generated responses the verifier judged correct (`RolloutBatch.correct`; shaping does not change it)",
+    ),
+    REWARD_MEAN: (
+        "Diagnostics",
+        "mean reward of the generated responses after every "
+        "technique's reward shaping (what the advantage estimator sees)",
+    ),
     REWARD_STD: ("Diagnostics", "standard deviation of those rewards (Bessel)"),
-    REWARD_STATUS_RATE: ("Diagnostics", "share of generated responses with each other verifier status: one tag per status of `lite_ppo.rewards.STATUSES` except `correct` (`wrong`, `no_box`, `unparsed`, `timeout`, ...)"),
-    GROUPS_ALL_CORRECT: ("Diagnostics", "share of prompts whose G responses are all correct (zero advantage under group centring)"),
-    GROUPS_ALL_WRONG: ("Diagnostics", "share of prompts whose G responses are all wrong (zero advantage under group centring)"),
-    GROUPS_MIXED: ("Diagnostics", "share of prompts with both correct and wrong responses (the ones that carry a learning signal)"),
+    REWARD_STATUS_RATE: (
+        "Diagnostics",
+        "share of generated responses with each other verifier status: one tag per status of "
+        "`lite_ppo.rewards.STATUSES` except `correct` (`wrong`, `no_box`, `unparsed`, `timeout`, ...)",
+    ),
+    GROUPS_ALL_CORRECT: (
+        "Diagnostics",
+        "share of prompts whose G responses are all correct (zero advantage under group centring)",
+    ),
+    GROUPS_ALL_WRONG: (
+        "Diagnostics",
+        "share of prompts whose G responses are all wrong (zero advantage under group centring)",
+    ),
+    GROUPS_MIXED: (
+        "Diagnostics",
+        "share of prompts with both correct and wrong responses (the ones that carry a learning signal)",
+    ),
     PROMPT_LENGTH: ("Diagnostics", "mean prompt length in tokens (chat template included)"),
     "prompt/length_max": ("Diagnostics", "longest prompt in tokens"),
     RESPONSE_LENGTH: ("Diagnostics", "mean response length in tokens"),
@@ -92,50 +115,99 @@ SCALARS: dict[str, tuple[str, str]] = {
     RESPONSE_LENGTH_CORRECT: ("Diagnostics", "mean length of the correct responses (no point on a step without one)"),
     RESPONSE_LENGTH_WRONG: ("Diagnostics", "mean length of the wrong responses (no point on a step without one)"),
     TRUNCATION_RATE: ("Diagnostics", "share of responses that hit `max_new_tokens` without EOS"),
-    REPETITION_TRUNCATED: ("Diagnostics", "share of truncated responses that are repetitive (repeated n-grams in their tail)"),
+    REPETITION_TRUNCATED: (
+        "Diagnostics",
+        "share of truncated responses that are repetitive (repeated n-grams in their tail)",
+    ),
     "response/repetition_rate_finished": ("Diagnostics", "the same among responses that stopped, for contrast"),
     ENTROPY: ("LitePPO", "mean per-token entropy of the policy on the trained tokens (nats)"),
-    APPROX_KL: ("LitePPO", "k3 estimate of KL(pi_old || pi_theta) per trained token, averaged over the mini-batch updates"),
+    APPROX_KL: (
+        "LitePPO",
+        "k3 estimate of KL(pi_old || pi_theta) per trained token, averaged over the mini-batch updates",
+    ),
     "policy/ratio_max": ("LitePPO", "largest importance ratio pi_theta / pi_old of a trained token"),
     "policy/ratio_min": ("LitePPO", "smallest importance ratio"),
     CLIP_FRACTION: ("LitePPO", "share of trained tokens whose gradient the clip removed (either bound)"),
-    CLIP_UPPER_POSITIVE: ("LitePPO", "share of A > 0 tokens clipped at 1 + eps_high (near 0: Clip-Higher cannot matter)"),
+    CLIP_UPPER_POSITIVE: (
+        "LitePPO",
+        "share of A > 0 tokens clipped at 1 + eps_high (near 0: Clip-Higher cannot matter)",
+    ),
     CLIP_LOWER_NEGATIVE: ("LitePPO", "share of A < 0 tokens clipped at 1 - eps_low"),
     POLICY_LOSS: ("LitePPO", "clipped surrogate loss, mean over the step's optimizer steps"),
     GRAD_NORM: ("LitePPO", "global gradient norm before clipping, mean over the step's optimizer steps"),
     LEARNING_RATE: ("LitePPO", "learning rate after the step"),
-    SKIPPED_STEPS: ("DivergenceGuard", "optimizer steps skipped so far in the run because the loss or the gradient norm was not finite (0 in a healthy run)"),
+    SKIPPED_STEPS: (
+        "DivergenceGuard",
+        "optimizer steps skipped so far in the run because the loss "
+        "or the gradient norm was not finite (0 in a healthy run)",
+    ),
     ADVANTAGE_NONZERO: ("LitePPO", "share of trained responses with a non-zero advantage"),
     ADVANTAGE_MEAN: ("Diagnostics", "mean advantage of the trained responses"),
     ADVANTAGE_STD: ("Diagnostics", "standard deviation of the advantages"),
     ADVANTAGE_MIN: ("Diagnostics", "smallest advantage"),
     ADVANTAGE_MAX: ("Diagnostics", "largest advantage"),
-    LENGTH_ADVANTAGE_CORR: ("Diagnostics", "Pearson correlation of response length and advantage (0 when either is constant)"),
-    LOSS_TOKEN_FRACTION: ("Diagnostics", "share of response tokens that enter the loss (below 1 when overlong filtering masks some)"),
+    LENGTH_ADVANTAGE_CORR: (
+        "Diagnostics",
+        "Pearson correlation of response length and advantage (0 when either is constant)",
+    ),
+    LOSS_TOKEN_FRACTION: (
+        "Diagnostics",
+        "share of response tokens that enter the loss (below 1 when overlong filtering masks some)",
+    ),
+    PADDING_EFFICIENCY: (
+        "LitePPO",
+        "real tokens / token positions the update's forward passes processed "
+        "(1 = no padding; with `pack_prompts` a group's prompt counts once)",
+    ),
     STEP_SECONDS: ("Rollout", "wall seconds of the whole training step: generation, scoring, old log-probs and update"),
     GENERATION_SECONDS: ("Rollout", "seconds generating (all refill rounds)"),
     "time/reward_s": ("Rollout", "seconds scoring with the verifier"),
     "time/generation_tokens_per_s": ("Rollout", "generated tokens per second (this rank)"),
     "time/old_logprobs_s": ("LitePPO", "seconds computing the old log-probs"),
     UPDATE_SECONDS: ("LitePPO", "seconds of the PPO update (all mini-batches)"),
-    "time/update_tokens_per_s": ("LitePPO", "prompt + response tokens per second of the update (this rank)"),
+    "time/update_tokens_per_s": ("LitePPO", "prompt + response tokens per second of the update (mean over ranks)"),
     PEAK_RSS: ("Rollout", "peak resident memory of the process so far (GiB, this rank)"),
-    OVERLONG_PROMPTS_DROPPED: ("Rollout", "problems skipped this step because their prompt exceeds `max_prompt_tokens` (models that name a context length)"),
+    OVERLONG_PROMPTS_DROPPED: (
+        "Rollout",
+        "problems skipped this step because their prompt exceeds "
+        "`max_prompt_tokens` (models that name a context length)",
+    ),
     "epoch": ("Lightning", "the epoch, added by Lightning to every logged step"),
 }
 
 # Logged only in the situation named.
 CONDITIONAL_SCALARS: dict[str, tuple[str, str]] = {
     PEAK_GPU: ("Rollout", "on CUDA: peak GPU memory allocated by torch during the step (GiB, this rank)"),
-    "time/weight_sync_s": ("Rollout", "with an engine that holds its own weights (vLLM): seconds pushing the policy into it"),
+    "time/weight_sync_s": (
+        "Rollout",
+        "with an engine that holds its own weights (vLLM): seconds pushing the policy into it",
+    ),
     TOTAL_LOSS: ("LitePPO", "when a technique adds loss terms: the optimized loss (policy + terms)"),
     "loss/<term>": ("LitePPO", "when a technique adds loss terms: each term, named by the technique (e.g. `loss/kl`)"),
+    ENGINE_LOGPROB_DRIFT: (
+        "LitePPO",
+        "with `model.old_logprobs: engine`: mean |log pi_trainer - log pi_engine| per token on the first micro-batch "
+        "(above `engine_logprob_tolerance` the step used the trainer's own log-probs)",
+    ),
     CLIP_DUAL_NEGATIVE: ("LitePPO", "with a dual clip: share of A < 0 tokens whose loss the dual clip bounds"),
-    "groups/dropped_rate": ("Rollout", "with a `keep_groups` technique (dynamic sampling): share of the first round's responses it dropped"),
-    "groups/refill_rounds": ("Rollout", "with a `keep_groups` technique: extra generation rounds run to refill the batch"),
-    "eval/<benchmark>/<metric>": ("Evaluation", "at each validation, per benchmark: `accuracy`, `response_length`, `truncation_rate`, `unparsed_rate`, `num_problems` (and `mean@k` / `pass@k` with several samples)"),
+    "groups/dropped_rate": (
+        "Rollout",
+        "with a `keep_groups` technique (dynamic sampling): share of the first round's responses it dropped",
+    ),
+    "groups/refill_rounds": (
+        "Rollout",
+        "with a `keep_groups` technique: extra generation rounds run to refill the batch",
+    ),
+    "eval/<benchmark>/<metric>": (
+        "Evaluation",
+        "at each validation, per benchmark: `accuracy`, `response_length`, `truncation_rate`, `unparsed_rate`, "
+        "`num_problems` (and `mean@k` / `pass@k` with several samples)",
+    ),
     EVAL_AVERAGE_ACCURACY: ("Evaluation", "at each validation: the average accuracy over the benchmarks"),
-    "val/<tier>/<metric>": ("Evaluation", "at each validation, per held-out training tier (`data.val_size`): the same columns"),
+    "val/<tier>/<metric>": (
+        "Evaluation",
+        "at each validation, per held-out training tier (`data.val_size`): the same columns",
+    ),
 }
 
 # tier/<t>/<suffix>: logged only when a step's generated responses span two or more difficulty
@@ -156,10 +228,19 @@ TIER_SCALARS: dict[str, tuple[str, str]] = {
 # What each built-in technique that logs adds, under its own prefix.
 TECHNIQUE_SCALARS: dict[str, dict[str, str]] = {
     "KLPenalty": {"kl/ref_kl": "KL to the reference model per trained token", "loss/kl": "the KL loss term"},
-    "TruncatedImportanceSampling": {"tis/weight_mean": "mean importance weight per token", "tis/capped_share": "share of tokens whose weight was capped"},
+    "TruncatedImportanceSampling": {
+        "tis/weight_mean": "mean importance weight per token",
+        "tis/capped_share": "share of tokens whose weight was capped",
+    },
     "LogprobDrift": {"drift/<stat>": "trainer vs engine log-prob drift (see the class docstring)"},
-    "OverlongFilter": {"overlong_filter/masked_response_share": "share of responses masked out of the loss", "overlong_filter/masked_token_share": "share of tokens masked"},
-    "OverlongRewardShaping": {"overlong_shaping/penalty_mean": "mean length penalty", "overlong_shaping/penalized_share": "share of responses penalized"},
+    "OverlongFilter": {
+        "overlong_filter/masked_response_share": "share of responses masked out of the loss",
+        "overlong_filter/masked_token_share": "share of tokens masked",
+    },
+    "OverlongRewardShaping": {
+        "overlong_shaping/penalty_mean": "mean length penalty",
+        "overlong_shaping/penalized_share": "share of responses penalized",
+    },
 }
 
 
@@ -179,7 +260,10 @@ def tier_tag(tier: str, suffix: str) -> str:
 CUSTOM_SCALARS_LAYOUT: dict[str, dict[str, list]] = {
     "1 paper panels": {
         "accuracy (train, eval)": ["Multiline", [f"^{REWARD_ACCURACY}$", r"^eval/.*/accuracy$", r"^val/.*/accuracy$"]],
-        "response length (all, correct, wrong)": ["Multiline", [f"^{RESPONSE_LENGTH}$", f"^{RESPONSE_LENGTH_CORRECT}$", f"^{RESPONSE_LENGTH_WRONG}$"]],
+        "response length (all, correct, wrong)": [
+            "Multiline",
+            [f"^{RESPONSE_LENGTH}$", f"^{RESPONSE_LENGTH_CORRECT}$", f"^{RESPONSE_LENGTH_WRONG}$"],
+        ],
         "entropy": ["Multiline", [f"^{ENTROPY}$"]],
         "clip by bound": ["Multiline", [f"^{CLIP_UPPER_POSITIVE}$", f"^{CLIP_LOWER_NEGATIVE}$"]],
         "truncation and repetition": ["Multiline", [f"^{TRUNCATION_RATE}$", f"^{REPETITION_TRUNCATED}$"]],
@@ -187,7 +271,10 @@ CUSTOM_SCALARS_LAYOUT: dict[str, dict[str, list]] = {
     },
     "2 update": {
         "approx KL": ["Multiline", [f"^{APPROX_KL}$"]],
-        "advantage (min, mean, max)": ["Multiline", [f"^{ADVANTAGE_MIN}$", f"^{ADVANTAGE_MEAN}$", f"^{ADVANTAGE_MAX}$"]],
+        "advantage (min, mean, max)": [
+            "Multiline",
+            [f"^{ADVANTAGE_MIN}$", f"^{ADVANTAGE_MEAN}$", f"^{ADVANTAGE_MAX}$"],
+        ],
         "advantage non-zero share": ["Multiline", [f"^{ADVANTAGE_NONZERO}$"]],
         "grad norm": ["Multiline", [f"^{GRAD_NORM}$"]],
         "length-advantage correlation": ["Multiline", [f"^{LENGTH_ADVANTAGE_CORR}$"]],
@@ -212,8 +299,15 @@ def scalar_table_markdown() -> str:
     rows = ["| Tag | Logged by | Meaning |", "|---|---|---|"]
     rows += [f"| `{tag}` | {who} | {what} |" for tag, (who, what) in SCALARS.items()]
     rows += [f"| `{tag}` | {who} | {what} |" for tag, (who, what) in CONDITIONAL_SCALARS.items()]
-    rows += [f"| `tier/<t>/{suffix}` | {who} | {what} (runs with several tiers) |" for suffix, (who, what) in TIER_SCALARS.items()]
-    rows += [f"| `{tag}` | {technique} | {what} |" for technique, tags in TECHNIQUE_SCALARS.items() for tag, what in tags.items()]
+    rows += [
+        f"| `tier/<t>/{suffix}` | {who} | {what} (runs with several tiers) |"
+        for suffix, (who, what) in TIER_SCALARS.items()
+    ]
+    rows += [
+        f"| `{tag}` | {technique} | {what} |"
+        for technique, tags in TECHNIQUE_SCALARS.items()
+        for tag, what in tags.items()
+    ]
     return "\n".join(rows) + "\n"
 
 

@@ -5,23 +5,59 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from dataclasses import replace
+from functools import partial
 from typing import Any, Literal
 
 import torch
 from lightning.pytorch import LightningModule
-from lightning.pytorch.utilities import rank_zero_info
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lite_ppo import metric_names as names
-from lite_ppo.hooks import MiniBatchContext, PolicyLossConfig, Technique, advantage_estimator, build_loss_config, techniques_of
-from lite_ppo.models import resolve_model
-from lite_ppo.ops import aggregate_loss, aggregation_denominator, clip_fractions, clipped_surrogate, entropy_from_logits, logprobs_from_logits
 from lite_ppo.errors import UserError
+from lite_ppo.models import load_causal_lm, load_tokenizer, resolve_model
+from lite_ppo.ops import (
+    aggregate_loss,
+    aggregation_denominator,
+    clip_fractions,
+    clipped_surrogate,
+    entropy_from_logits,
+    logprobs_from_logits,
+    split_to_count,
+)
+from lite_ppo.policy_forward import (
+    forward_token_counts,
+    plan_micro_batches,
+    response_logprobs,
+    supports_hidden_state_scoring,
+    trim_padding,
+)
 from lite_ppo.preflight import check_fit_settings
+from lite_ppo.ranks import Ranks
 from lite_ppo.reliability.divergence import divergence_guard_of
 from lite_ppo.resume import check_resume, format_differences
 from lite_ppo.rollout.batch import RolloutBatch
-from lite_ppo.strategies.zero import adamw_class, begin_micro_batch, deepspeed_engine, engine_grad_norm, hf_zero3_loading, set_gradient_clipping
+from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.strategies.zero import (
+    adamw_class,
+    begin_micro_batch,
+    deepspeed_engine,
+    deepspeed_strategy,
+    engine_grad_norm,
+    hf_zero3_loading,
+    set_gradient_clipping,
+)
+from lite_ppo.technique import (
+    MiniBatchContext,
+    PolicyLossConfig,
+    Technique,
+    UpdateStats,
+    advantage_estimator,
+    build_loss_config,
+    check_hook_names,
+    overrides,
+    techniques_of,
+)
 
 
 class LitePPO(LightningModule):
@@ -29,16 +65,20 @@ class LitePPO(LightningModule):
 
     One training step = one rollout batch (filled by the ``Rollout`` callback):
 
-    1. advantages from the single advantage-estimator technique, then ``on_advantages`` hooks;
-    2. old log-probs with the current policy, once, without gradient, then ``on_old_logprobs``;
+    1. advantages from the single advantage-estimator technique, then the techniques' ``loss_mask``
+       answers multiplied into the loss mask;
+    2. old log-probs with the current policy, once, without gradient, then the techniques'
+       ``token_weights`` answers multiplied into the token weights;
     3. the batch split into ``num_mini_batches`` mini-batches (strided, see :meth:`mini_batches`),
        one optimizer step each (manual optimization), each accumulated over micro-batches of
        ``micro_batch_size`` responses: per-token ratio, clipped surrogate, aggregation with the
        denominator of the whole optimizer step over all ranks, plus techniques' extra terms;
-    4. gradient clipping, optimizer and LR-scheduler step; scalars to the logger.
+    4. gradient clipping, optimizer and LR-scheduler step; the step's scalars (the module's and
+       the techniques', :attr:`step_metrics`) reduced once over ranks and logged.
 
-    Which techniques run is decided by the trainer's callbacks (see ``lite_ppo.hooks``); the module
-    knows only the hook contract.
+    Which techniques run is decided by the trainer's callbacks (see ``lite_ppo.technique``); the module
+    knows only the hook contract. Hooks return what they change; the module builds each stage's
+    batch from the answers (:func:`dataclasses.replace`), never editing one in place.
 
     Args:
         model_path: a local Hugging Face folder, or ``builtin:tiny`` / ``builtin:smollm2-135m-instruct``.
@@ -47,12 +87,36 @@ class LitePPO(LightningModule):
         warmup_steps: optimizer steps of linear warm-up from 0 to ``lr``.
         lr_schedule: ``constant`` after warm-up, or ``cosine`` decay to ``min_lr_ratio * lr`` over the run.
         max_grad_norm: gradient clipping by global norm (``None`` disables clipping; the norm is logged anyway).
-        clip_eps: the symmetric clip of the base algorithm; Clip-Higher techniques override either side.
+        clip_eps: the symmetric clip of the base algorithm, and the one source of the lower clip;
+            a Clip-Higher technique may widen the upper side.
         num_mini_batches: optimizer steps per rollout batch (each rank's batch divides into this many).
         micro_batch_size: responses per forward/backward pass (memory bound, no effect on the math).
+        micro_batch_tokens: instead of a count, a budget of token positions per forward/backward
+            pass: each mini-batch's responses (whole groups with ``pack_prompts``) are sorted by
+            length and packed greedily (``ops.token_budget_micro_batches``), so long and short
+            responses do not share padding. Same gradient (the loss denominators are global).
+        pack_prompts: compute each group's prompt once per forward pass, with its responses
+            attending to it and to their own prefix only (``ops.pack_shared_prompts``): the same
+            log-probs and gradients to float rounding, without G copies of every prompt.
+        logprob_chunk_size: score response tokens this many at a time from the final hidden
+            states, so no [b, R, V] logits are kept (``ops.chunked_logprobs``); ``None`` takes
+            the model's full logits (and turns packing off).
         torch_dtype: dtype the policy is loaded in (``float32`` is safest for training on CPU;
             use ``precision: bf16-mixed`` in the trainer for speed).
         gradient_checkpointing: trade compute for activation memory.
+        old_logprobs: where log pi_old comes from. ``reuse_first`` (default, exact): the first
+            mini-batch's from its own forward pass (the policy has not moved yet: its ratio is
+            exactly 1), the other rows from one no-gradient pass; ``recompute``: one no-gradient
+            pass over every row (always used when a technique overrides ``token_weights``, which
+            needs them all before the first optimizer step); ``engine``: the rollout engine's
+            log-probs, no pass at all, exact only when the engine computes the trainer's quantity
+            (``VLLMEngine`` with ``logprobs_mode: trainer`` in float32); checked on the first
+            micro-batch of every step, and the step falls back to ``reuse_first``, with a warning,
+            when they differ from the trainer's by more than ``engine_logprob_tolerance``.
+        fused_optimizer: torch's fused AdamW kernel where the device supports it (not under
+            DeepSpeed); the same update up to float rounding, several times faster on CPU.
+        engine_logprob_tolerance: largest mean |log pi_trainer - log pi_engine| per token (nats)
+            for which ``engine`` uses the engine's log-probs.
 
     Example::
 
@@ -74,12 +138,30 @@ class LitePPO(LightningModule):
         clip_eps: float = 0.2,
         num_mini_batches: int = 4,
         micro_batch_size: int = 8,
+        micro_batch_tokens: int | None = None,
+        pack_prompts: bool = True,
+        logprob_chunk_size: int | None = 1024,
         torch_dtype: Literal["float32", "bfloat16", "float16"] = "float32",
         gradient_checkpointing: bool = False,
+        old_logprobs: Literal["reuse_first", "recompute", "engine"] = "reuse_first",
+        engine_logprob_tolerance: float = 1e-3,
+        fused_optimizer: bool = True,
     ) -> None:
         super().__init__()
         if num_mini_batches < 1 or micro_batch_size < 1:
-            raise UserError(f"model.num_mini_batches={num_mini_batches} and model.micro_batch_size={micro_batch_size}: both must be >= 1")
+            raise UserError(
+                f"model.num_mini_batches={num_mini_batches} and model.micro_batch_size={micro_batch_size}: "
+                "both must be >= 1"
+            )
+        if micro_batch_tokens is not None and micro_batch_tokens < 1:
+            raise UserError(
+                f"model.micro_batch_tokens={micro_batch_tokens}: must be >= 1, "
+                "or null for micro_batch_size responses per pass"
+            )
+        if logprob_chunk_size is not None and logprob_chunk_size < 1:
+            raise UserError(f"model.logprob_chunk_size={logprob_chunk_size}: must be >= 1, or null for full logits")
+        if old_logprobs not in ("reuse_first", "recompute", "engine"):
+            raise UserError(f"model.old_logprobs={old_logprobs!r}: choose reuse_first, recompute or engine")
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.model_path = model_path
@@ -88,6 +170,9 @@ class LitePPO(LightningModule):
         self.policy_version = 0  # bumped after every optimizer step; engines sync when it changes
         self.phase: tuple[str, int, int] | None = None  # what the step is doing now (see report_phase)
         self.loss_config = PolicyLossConfig(clip_low=clip_eps, clip_high=clip_eps)
+        self.step_metrics = StepMetrics()  # this training step's scalars, the techniques' included
+        self._warned_no_engine_logprobs = False
+        self._hf_zero3_token = None  # keeps transformers' ZeRO-3 flag alive as long as the policy (configure_model)
 
     # -- model -------------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -101,14 +186,14 @@ class LitePPO(LightningModule):
             return
         path = resolve_model(self.hparams.model_path)
         self.model_path = path
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.tokenizer = load_tokenizer(path)
         # Under ZeRO-3 (Lightning runs this inside deepspeed.zero.Init) transformers must know, so it
         # loads the checkpoint into the partitioned parameters and generates with synced_gpus.
         with hf_zero3_loading(self._trainer) as zero3_token:
-            self.policy = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.hparams.torch_dtype))
-        self.policy._lite_ppo_zero3 = zero3_token  # keeps transformers' ZeRO-3 flag alive with the policy
+            self.policy = load_causal_lm(path, self.hparams.torch_dtype)
+        # transformers' ZeRO-3 flag lasts while this token does (a weak reference): keep it as long
+        # as the policy, which is used after fit too (validate, test, generation); None elsewhere.
+        self._hf_zero3_token = zero3_token
         self.policy.config.use_cache = False
         # from_pretrained returns eval mode; train mode matters for gradient checkpointing. The
         # supported causal LMs (Llama, Qwen, SmolLM2) have no dropout, so old and new log-probs agree.
@@ -118,16 +203,26 @@ class LitePPO(LightningModule):
 
     def configure_optimizers(self):
         set_gradient_clipping(self._trainer, self.hparams.max_grad_norm)  # DeepSpeed clips inside step()
-        optimizer = adamw_class(self._trainer)(self.policy.parameters(), lr=self.hparams.lr, betas=tuple(self.hparams.betas), weight_decay=self.hparams.weight_decay)
+        optimizer = adamw_class(self._trainer, fused=self.hparams.fused_optimizer)(
+            self.policy.parameters(),
+            lr=self.hparams.lr,
+            betas=tuple(self.hparams.betas),
+            weight_decay=self.hparams.weight_decay,
+        )
         total = _planned_optimizer_steps(self._trainer, self.hparams.num_mini_batches)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(self.hparams.warmup_steps, self.hparams.lr_schedule, total, self.hparams.min_lr_ratio))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, _lr_lambda(self.hparams.warmup_steps, self.hparams.lr_schedule, total, self.hparams.min_lr_ratio)
+        )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_fit_start(self) -> None:
         techniques = techniques_of(self.trainer)
         # Fail at start, naming the techniques, rather than at the first step.
+        check_hook_names(techniques)
         self._estimator = advantage_estimator(techniques)
-        self.loss_config = build_loss_config(PolicyLossConfig(clip_low=self.hparams.clip_eps, clip_high=self.hparams.clip_eps), techniques)
+        self.loss_config = build_loss_config(
+            PolicyLossConfig(clip_low=self.hparams.clip_eps, clip_high=self.hparams.clip_eps), techniques
+        )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["policy_version"] = self.policy_version
@@ -147,31 +242,39 @@ class LitePPO(LightningModule):
         if rollout is None:
             raise RuntimeError("the batch carries no rollout: add `lite_ppo.callbacks.Rollout` under trainer.callbacks")
         techniques = techniques_of(self.trainer)
-        rollout.advantages = self._estimator.compute_advantages(self.trainer, self, rollout).to(torch.float32)
-        for technique in techniques:
-            technique.on_advantages(self.trainer, self, rollout)
+        metrics = self.step_metrics
+        advantages = self._estimator.compute_advantages(self.trainer, self, rollout).to(torch.float32)
+        rollout = replace(rollout, advantages=advantages)
+        masks = [t.loss_mask(self.trainer, self, rollout, metrics) for t in techniques]
+        rollout = replace(rollout, loss_mask=_product(rollout.loss_mask, masks))
 
         start = time.perf_counter()
+        source = self._old_logprob_source(rollout, techniques)
         self.report_phase("old log-probs")
-        rollout.old_logprobs = self.sequence_logprobs(rollout)
+        rollout = replace(rollout, old_logprobs=self._old_logprobs_before_update(rollout, source))
         old_logprob_s = time.perf_counter() - start
-        for technique in techniques:
-            technique.on_old_logprobs(self.trainer, self, rollout)
+        if source == "recompute":
+            weights = [t.token_weights(self.trainer, self, rollout, metrics) for t in techniques]
+            rollout = replace(rollout, token_weights=_product(rollout.token_weights, weights))
 
         start = time.perf_counter()
-        stats = self.ppo_update(rollout, techniques)
+        rollout = replace(rollout, old_logprobs=self.ppo_update(rollout, techniques, metrics, source))
         train_s = time.perf_counter() - start
+        for technique in techniques:
+            technique.observe_old_logprobs(self.trainer, self, rollout, metrics)
 
-        stats["time/old_logprobs_s"] = torch.tensor(old_logprob_s)
-        stats[names.UPDATE_SECONDS] = torch.tensor(train_s)
-        stats["time/update_tokens_per_s"] = rollout.attention_mask.sum().float().cpu() / max(train_s, 1e-9)
-        nonzero = self._global_sum(torch.stack([(rollout.advantages.abs() > 1e-8).float().sum(), rollout.advantages.new_tensor(float(rollout.num_responses))]))
-        stats[names.ADVANTAGE_NONZERO] = nonzero[0] / nonzero[1].clamp(min=1)
+        # Timings are per rank: their mean over ranks (a count of 1 per rank).
+        metrics.mean("time/old_logprobs_s", old_logprob_s, 1)
+        metrics.mean(names.UPDATE_SECONDS, train_s, 1)
+        metrics.mean("time/update_tokens_per_s", rollout.attention_mask.sum() / max(train_s, 1e-9), 1)
+        metrics.mean(names.ADVANTAGE_NONZERO, (rollout.advantages.abs() > 1e-8).sum(), rollout.num_responses)
+        scalars = metrics.compute(Ranks(self._trainer))
+        stats = _update_stats(scalars)
         for technique in techniques:
             technique.on_update_end(self.trainer, self, rollout, stats)
         live = {names.APPROX_KL, names.CLIP_FRACTION}  # shown in the progress bar too
         for prog_bar in (False, True):
-            part = {k: v.float() if isinstance(v, torch.Tensor) else v for k, v in stats.items() if (k in live) == prog_bar}
+            part = {k: v for k, v in scalars.items() if (k in live) == prog_bar}
             self.log_dict(part, on_step=True, on_epoch=False, batch_size=rollout.num_responses, prog_bar=prog_bar)
         self.report_phase(None)
 
@@ -179,7 +282,9 @@ class LitePPO(LightningModule):
         """Nothing to compute here: the ``Rollout`` callback generates and scores the validation
         batch (``batch["rollout"]``) and the ``Evaluation`` callback turns it into metrics."""
         if batch.get("rollout") is None:
-            raise RuntimeError("the validation batch carries no rollout: add `lite_ppo.callbacks.Rollout` under trainer.callbacks")
+            raise RuntimeError(
+                "the validation batch carries no rollout: add `lite_ppo.callbacks.Rollout` under trainer.callbacks"
+            )
 
     # -- pieces --------------------------------------------------------------------------------------
     def report_phase(self, phase: str | None, done: int = 0, total: int = 0) -> None:
@@ -215,113 +320,235 @@ class LitePPO(LightningModule):
         width = batch.response_mask.shape[1]
         # Left-padded prompts: positions count real tokens only, as generate() did.
         position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
-        out = (model or self.policy)(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids, use_cache=False, logits_to_keep=width + 1)
+        out = (model or self.policy)(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+            logits_to_keep=width + 1,
+        )
         return out.logits[:, :-1].float() / batch.temperature
+
+    def _old_logprob_source(self, rollout: RolloutBatch, techniques: list[Technique]) -> str:
+        """``model.old_logprobs``, or ``recompute`` when a technique needs them all up front."""
+        wanted = self.hparams.old_logprobs
+        if wanted != "recompute" and any(overrides(t, "token_weights") for t in techniques):
+            return "recompute"
+        if wanted == "engine" and rollout.engine_logprobs is None:
+            if not self._warned_no_engine_logprobs:
+                rank_zero_warn("model.old_logprobs=engine: the rollout engine reports no log-probs; using reuse_first")
+                self._warned_no_engine_logprobs = True
+            return "reuse_first"
+        return wanted
+
+    def _old_logprobs_before_update(self, rollout: RolloutBatch, source: str) -> torch.Tensor:
+        """[B, R] old log-probs known before the first optimizer step; under ``reuse_first`` the
+        first mini-batch's rows are zeros here and filled from their own forward in ``ppo_update``."""
+        if source == "engine":
+            return rollout.engine_logprobs * rollout.response_mask
+        if source == "recompute":
+            return self.sequence_logprobs(rollout)
+        old = torch.zeros_like(rollout.response_mask, dtype=torch.float32)
+        later = torch.cat(self.mini_batches(rollout.num_responses)[1:]) if self.hparams.num_mini_batches > 1 else None
+        if later is not None:
+            old[later] = self.sequence_logprobs(rollout.select(later))
+        return old
 
     @torch.no_grad()
     def sequence_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         """log pi(o_t | x, o_<t) of the response tokens with the current policy, no gradient: [B, R]."""
-        parts = []
-        for idx in torch.arange(batch.num_responses).split(self.hparams.micro_batch_size):
-            micro = batch.select(idx)
-            parts.append(logprobs_from_logits(self.forward_logits(micro), micro.response_ids) * micro.response_mask)
-        return torch.cat(parts)
+        out = torch.zeros(batch.response_mask.shape, dtype=torch.float32, device=batch.response_mask.device)
+        for rows in self.micro_batch_rows(batch):
+            out[rows.to(out.device)] = self.score_responses(batch.select(rows), with_entropy=False)[0]
+        return out
 
-    def ppo_update(self, rollout: RolloutBatch, techniques: list[Technique]) -> dict[str, torch.Tensor]:
+    def score_responses(
+        self, batch: RolloutBatch, model: torch.nn.Module | None = None, with_entropy: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logprobs, entropy)`` [b, R] of the response tokens at the sampling temperature, with
+        gradients when enabled, 0 off ``response_mask`` (entropy 0 when not ``with_entropy``).
+
+        Padding columns are trimmed first; with :meth:`uses_hidden_states`, groups are packed
+        (``pack_prompts``) and tokens scored chunk-wise from the final hidden states
+        (``lite_ppo.policy_forward``), else the model's full logits are used (:meth:`forward_logits`).
+        ``model`` defaults to the policy; techniques pass a reference model.
+        """
+        model = model or self.policy
+        trimmed = trim_padding(batch)
+        if self.uses_hidden_states(model):
+            chunk = self.hparams.logprob_chunk_size
+            pad_id = (
+                self.tokenizer.pad_token_id
+                if self.tokenizer is not None and self.tokenizer.pad_token_id is not None
+                else 0
+            )
+            logprobs, entropy = response_logprobs(
+                model,
+                trimmed,
+                pack=self.packs_prompts(model),
+                chunk_size=chunk,
+                with_entropy=with_entropy,
+                pad_token_id=pad_id,
+            )
+        else:
+            logits = self.forward_logits(trimmed, model)
+            logprobs = logprobs_from_logits(logits, trimmed.response_ids) * trimmed.response_mask
+            entropy = (
+                entropy_from_logits(logits) * trimmed.response_mask if with_entropy else torch.zeros_like(logprobs)
+            )
+        pad = batch.response_mask.shape[1] - trimmed.response_mask.shape[1]  # back to the batch's width
+        return torch.nn.functional.pad(logprobs, (0, pad)), torch.nn.functional.pad(entropy, (0, pad))
+
+    def uses_hidden_states(self, model: torch.nn.Module) -> bool:
+        """Whether tokens are scored from hidden states (chunked, packable): on unless
+        ``logprob_chunk_size`` is None, for models whose logits are a plain linear head."""
+        return self.hparams.logprob_chunk_size is not None and supports_hidden_state_scoring(model)
+
+    def packs_prompts(self, model: torch.nn.Module | None = None) -> bool:
+        return self.hparams.pack_prompts and self.uses_hidden_states(model or self.policy)
+
+    def micro_batch_rows(self, batch: RolloutBatch) -> list[torch.Tensor]:
+        """Row indices of each forward pass over ``batch`` (``micro_batch_size`` or ``micro_batch_tokens``)."""
+        budget = self.hparams.micro_batch_tokens
+        rows = plan_micro_batches(batch, self.hparams.micro_batch_size, budget, pack=self.packs_prompts())
+        if budget is not None and deepspeed_strategy(self._trainer) is not None:
+            # ZeRO-3 gathers parameters in every forward, a collective: every rank runs as many passes.
+            rows = split_to_count(rows, int(Ranks(self._trainer).max(torch.tensor(len(rows)))))
+        return rows
+
+    def ppo_update(
+        self, rollout: RolloutBatch, techniques: list[Technique], metrics: StepMetrics, source: str = "recompute"
+    ) -> torch.Tensor:
+        """The ``num_mini_batches`` optimizer steps on ``rollout``; their scalars go to ``metrics``.
+
+        Returns the old log-probs [B, R] the loss used: ``rollout.old_logprobs`` with, unless
+        ``source`` is ``recompute``, the first mini-batch's taken from its own forward pass.
+        """
         optimizer = self.optimizers()
         scheduler = self.lr_schedulers()
         cfg = self.loss_config
-        world = self.trainer.world_size
-        acc = _StepAccumulator()
-        grad_norms = []
+        ranks = Ranks(self._trainer)
         guard = divergence_guard_of(self.trainer)  # skips optimizer steps with a non-finite loss or grad norm
         mini_batches = self.mini_batches(rollout.num_responses)
+        old_logprobs = rollout.old_logprobs.clone()
         for k, mb_idx in enumerate(mini_batches):
             self.report_phase("updating", k + 1, len(mini_batches))
             mini = rollout.select(mb_idx)
             # The denominator of the whole optimizer step: all micro-batches, all ranks.
-            denominator = self._global_sum(aggregation_denominator(mini.loss_mask, cfg.aggregation))
+            denominator = ranks.sum(aggregation_denominator(mini.loss_mask, cfg.aggregation))
             optimizer.zero_grad()
-            micro_rows = torch.arange(mini.num_responses).split(self.hparams.micro_batch_size)
+            micro_rows = self.micro_batch_rows(mini)
             for micro_idx, idx in enumerate(micro_rows):
                 micro = mini.select(idx)
                 # DDP: all-reduce the summed gradient once, at the step's last micro-batch.
                 sync = contextlib.nullcontext() if micro_idx == len(micro_rows) - 1 else self._no_gradient_sync()
                 begin_micro_batch(self._trainer)  # DeepSpeed: accumulate, not overwrite, this micro-batch's gradient
-                logits = self.forward_logits(micro)
-                logprobs = logprobs_from_logits(logits, micro.response_ids)
-                token_loss, ratio = clipped_surrogate(logprobs, micro.old_logprobs, micro.advantages, cfg.clip_low, cfg.clip_high, cfg.dual_clip)
+                logprobs, entropy = self.score_responses(micro)
+                real, processed = forward_token_counts(micro, pack=self.packs_prompts())
+                metrics.mean(names.PADDING_EFFICIENCY, real, processed)
+                if k == 0 and source == "engine" and micro_idx == 0:
+                    source = self._check_engine_logprobs(rollout, micro, logprobs, old_logprobs)
+                if k == 0 and source == "reuse_first":
+                    # The policy has not moved since the rollout: this forward's log-probs are pi_old.
+                    micro = replace(micro, old_logprobs=logprobs.detach() * micro.response_mask)
+                    old_logprobs[mb_idx[idx]] = micro.old_logprobs
+                token_loss, ratio = clipped_surrogate(
+                    logprobs, micro.old_logprobs, micro.advantages, cfg.clip_low, cfg.clip_high, cfg.dual_clip
+                )
                 if micro.token_weights is not None:
                     token_loss = token_loss * micro.token_weights
                 policy_loss = aggregate_loss(token_loss, micro.loss_mask, cfg.aggregation, denominator)
                 loss = policy_loss
-                ctx = MiniBatchContext(batch=micro, logprobs=logprobs, logits=logits)
+                ctx = MiniBatchContext(
+                    batch=micro,
+                    logprobs=logprobs,
+                    entropy=entropy,
+                    metrics=metrics,
+                    compute_logits=partial(self.forward_logits, micro),
+                )
                 for technique in techniques:
                     for name, term in technique.extra_loss_terms(self.trainer, self, ctx).items():
                         term_loss = aggregate_loss(term, micro.loss_mask, cfg.aggregation, denominator)
                         loss = loss + term_loss
-                        acc.add(f"loss/{name}", term_loss)
+                        # Each mini-batch's loss is a global mean: report the mean over mini-batches.
+                        metrics.sum(f"loss/{name}", term_loss / len(mini_batches))
                 # DDP and DeepSpeed average gradients over ranks; the loss is already a global mean.
                 with sync:
-                    self.manual_backward(loss * world)
-                self._micro_stats(acc, micro, logits, logprobs, ratio)
-                acc.add(names.POLICY_LOSS, policy_loss)
+                    self.manual_backward(loss * ranks.world_size)
+                self._micro_stats(metrics, micro, entropy, logprobs, ratio)
+                metrics.sum(names.POLICY_LOSS, policy_loss / len(mini_batches))
                 if loss is not policy_loss:  # a technique added terms: the optimized loss differs from the surrogate
-                    acc.add(names.TOTAL_LOSS, loss)
+                    metrics.sum(names.TOTAL_LOSS, loss / len(mini_batches))
                 guard.observe_loss(loss)
             grad_norm = self._clip_gradients(optimizer)
-            guard.before_optimizer_step(self.trainer, optimizer, grad_norm)  # non-finite: grads dropped, step() changes nothing
+            guard.before_optimizer_step(
+                self.trainer, optimizer, grad_norm
+            )  # non-finite: grads dropped, step() changes nothing
             optimizer.step()
-            grad_norms.append(grad_norm if grad_norm is not None else engine_grad_norm(self._trainer))
+            # The norm is the same on every rank (computed on the reduced gradient): a mean over ranks
+            # and optimizer steps is the mean over optimizer steps.
+            metrics.mean(names.GRAD_NORM, grad_norm if grad_norm is not None else engine_grad_norm(self._trainer), 1)
             scheduler.step()
             self.policy_version += 1
+        metrics.mean(names.LEARNING_RATE, optimizer.param_groups[0]["lr"], 1)  # the same on every rank
+        return old_logprobs
 
-        return self._finish_stats(acc, grad_norms, optimizer)
+    def _check_engine_logprobs(
+        self, rollout: RolloutBatch, micro: RolloutBatch, logprobs: torch.Tensor, old_logprobs: torch.Tensor
+    ) -> str:
+        """``engine`` when the engine's log-probs of the first micro-batch match the trainer's (on
+        every rank), else ``reuse_first`` (with a warning): then the rows after the first
+        mini-batch get their no-gradient pass now, while the policy has still not moved."""
+        mask = micro.response_mask
+        drift = Ranks(self._trainer).sum(
+            torch.stack([((logprobs.detach() - micro.engine_logprobs).abs() * mask).sum(), mask.sum()])
+        )
+        mean_drift = float(drift[0] / drift[1].clamp(min=1))
+        # The old log-probs are then the engine's, so a drift diagnostic comparing the two reads 0:
+        # this is the measured gap (one value, already global).
+        self.step_metrics.mean(names.ENGINE_LOGPROB_DRIFT, mean_drift, 1)
+        if mean_drift <= self.hparams.engine_logprob_tolerance:
+            return "engine"
+        rank_zero_warn(
+            f"model.old_logprobs=engine: the engine's log-probs differ from the trainer's by {mean_drift:.2e} "
+            "nats per token "
+            f"(> engine_logprob_tolerance={self.hparams.engine_logprob_tolerance:g}); this step uses the trainer's own"
+        )
+        if self.hparams.num_mini_batches > 1:
+            later = torch.cat(self.mini_batches(rollout.num_responses)[1:])
+            old_logprobs[later] = self.sequence_logprobs(rollout.select(later))
+        return "reuse_first"
 
     @torch.no_grad()
-    def _micro_stats(self, acc: "_StepAccumulator", micro: RolloutBatch, logits: torch.Tensor, logprobs: torch.Tensor, ratio: torch.Tensor) -> None:
-        """Token-weighted sums (divided by the global token count in ``_finish_stats``) and extrema."""
+    def _micro_stats(
+        self,
+        metrics: StepMetrics,
+        micro: RolloutBatch,
+        entropy: torch.Tensor,
+        logprobs: torch.Tensor,
+        ratio: torch.Tensor,
+    ) -> None:
+        """Token-weighted means over the step's loss tokens (all micro-batches, all ranks) and extrema."""
         mask = micro.loss_mask
         cfg = self.loss_config
         n = mask.sum()
         # Clipped-token counts (fractions x n), and the A > 0 / A < 0 token counts they are shares of.
         clipped = clip_fractions(ratio, micro.advantages, mask, cfg.clip_low, cfg.clip_high, cfg.dual_clip)
-        for name in ("upper", "lower", "dual"):
-            acc.add(f"_clipped_{name}", clipped[name] * n)
         advantages = micro.advantages.unsqueeze(-1).expand_as(mask)
-        acc.add("_positive_tokens", ((advantages > 0) * mask).sum())
-        acc.add("_negative_tokens", ((advantages < 0) * mask).sum())
+        positive, negative = ((advantages > 0) * mask).sum(), ((advantages < 0) * mask).sum()
+        metrics.mean(names.CLIP_FRACTION, (clipped["upper"] + clipped["lower"]) * n, n)
+        metrics.mean(names.CLIP_UPPER_POSITIVE, clipped["upper"] * n, positive)
+        metrics.mean(names.CLIP_LOWER_NEGATIVE, clipped["lower"] * n, negative)
+        if cfg.dual_clip is not None:
+            metrics.mean(names.CLIP_DUAL_NEGATIVE, clipped["dual"] * n, negative)
         log_ratio = (logprobs - micro.old_logprobs) * mask
-        acc.add(names.ENTROPY, (entropy_from_logits(logits) * mask).sum())
+        metrics.mean(names.ENTROPY, (entropy * mask).sum(), n)
         # k3 estimator of KL(pi_old || pi_theta): E_old[(rho - 1) - log rho] (Schulman 2020), >= 0.
-        acc.add(names.APPROX_KL, (((ratio - 1) * mask) - log_ratio).sum())
-        acc.add("_tokens", n)
-        if n > 0:
-            acc.extremum("policy/ratio_max", ratio[mask > 0].max())
-            acc.extremum("policy/ratio_min", -ratio[mask > 0].min())
-
-    def _finish_stats(self, acc: "_StepAccumulator", grad_norms: list[torch.Tensor], optimizer) -> dict[str, torch.Tensor]:
-        keys = sorted(acc.sums)
-        total = dict(zip(keys, self._global_sum(torch.stack([acc.sums[k] for k in keys]))))
-        tokens = total.pop("_tokens").clamp(min=1)
-        positive, negative = total.pop("_positive_tokens"), total.pop("_negative_tokens")
-        upper, lower, dual = total.pop("_clipped_upper"), total.pop("_clipped_lower"), total.pop("_clipped_dual")
-        stats: dict[str, torch.Tensor] = {
-            names.CLIP_FRACTION: (upper + lower) / tokens,
-            names.CLIP_UPPER_POSITIVE: upper / positive.clamp(min=1),
-            names.CLIP_LOWER_NEGATIVE: lower / negative.clamp(min=1),
-        }
-        if self.loss_config.dual_clip is not None:
-            stats[names.CLIP_DUAL_NEGATIVE] = dual / negative.clamp(min=1)
-        for name, value in total.items():
-            # Losses were summed over mini-batches (each a global mean): report the mean step loss.
-            stats[name] = value / self.hparams.num_mini_batches if name.startswith("loss/") else value / tokens
-        for name, value in acc.maxima.items():
-            best = self._global_max(value)
-            stats[name] = -best if name.endswith("_min") else best
-        stats[names.GRAD_NORM] = torch.stack(grad_norms).mean()
-        stats[names.LEARNING_RATE] = torch.tensor(optimizer.param_groups[0]["lr"])
-        return stats
+        metrics.mean(names.APPROX_KL, (((ratio - 1) * mask) - log_ratio).sum(), n)
+        # A rank without loss tokens records -inf / +inf, so every rank records the same names.
+        real = ratio[mask > 0]
+        metrics.max("policy/ratio_max", real.max() if real.numel() else -math.inf)
+        metrics.min("policy/ratio_min", real.min() if real.numel() else math.inf)
 
     def _clip_gradients(self, optimizer) -> torch.Tensor | None:
         """Clip and return the pre-clip global norm; None under DeepSpeed, which clips inside
@@ -330,7 +557,12 @@ class LitePPO(LightningModule):
             return None
         max_norm = self.hparams.max_grad_norm
         params = [p for p in self.policy.parameters() if p.grad is not None]
-        return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else math.inf).detach().float().cpu()
+        return (
+            torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else math.inf)
+            .detach()
+            .float()
+            .cpu()
+        )
 
     def _no_gradient_sync(self):
         """DDP's ``no_sync`` through Lightning: this backward accumulates locally, no all-reduce.
@@ -340,33 +572,34 @@ class LitePPO(LightningModule):
         micro-batch's gradient partition itself; its ``no_sync`` refuses ZeRO-3).
         """
         strategy = self.trainer.strategy
-        if isinstance(strategy.model, torch.nn.parallel.DistributedDataParallel):  # not DeepSpeed's engine: its no_sync refuses ZeRO-3
+        if isinstance(
+            strategy.model, torch.nn.parallel.DistributedDataParallel
+        ):  # not DeepSpeed's engine: its no_sync refuses ZeRO-3
             return strategy.block_backward_sync()
         return contextlib.nullcontext()
 
-    def _global_sum(self, value: torch.Tensor) -> torch.Tensor:
-        if self.trainer.world_size <= 1:
-            return value
-        return self.trainer.strategy.reduce(value.clone(), reduce_op="sum")
 
-    def _global_max(self, value: torch.Tensor) -> torch.Tensor:
-        return value if self.trainer.world_size <= 1 else self.all_gather(value).max()
+def _product(base: torch.Tensor | None, factors: list[torch.Tensor | None]) -> torch.Tensor | None:
+    """``base`` times every factor that is not None (None stands for ones; all None gives ``base``)."""
+    for factor in factors:
+        if factor is not None:
+            base = factor.to(torch.float32) if base is None else base * factor.to(base.dtype)
+    return base
 
 
-class _StepAccumulator:
-    """Sums and maxima collected over the micro-batches of one training step (detached, float)."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, torch.Tensor] = {}
-        self.maxima: dict[str, torch.Tensor] = {}
-
-    def add(self, name: str, value: torch.Tensor) -> None:
-        value = value.detach().float()
-        self.sums[name] = self.sums[name] + value if name in self.sums else value
-
-    def extremum(self, name: str, value: torch.Tensor) -> None:
-        value = value.detach().float()
-        self.maxima[name] = torch.maximum(self.maxima[name], value) if name in self.maxima else value
+def _update_stats(scalars: dict[str, torch.Tensor]) -> UpdateStats:
+    value = lambda name: float(scalars.get(name, torch.zeros(())))  # noqa: E731
+    return UpdateStats(
+        policy_loss=value(names.POLICY_LOSS),
+        clip_fraction=value(names.CLIP_FRACTION),
+        clip_upper=value(names.CLIP_UPPER_POSITIVE),
+        clip_lower=value(names.CLIP_LOWER_NEGATIVE),
+        approx_kl=value(names.APPROX_KL),
+        entropy=value(names.ENTROPY),
+        grad_norm=value(names.GRAD_NORM),
+        learning_rate=value(names.LEARNING_RATE),
+        scalars=scalars,
+    )
 
 
 def _planned_optimizer_steps(trainer, num_mini_batches: int) -> int | float:

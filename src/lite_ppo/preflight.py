@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["check_fit_settings", "model_context_length"]
 
 
-def check_fit_settings(trainer: "Trainer", module: "LightningModule") -> None:
+def check_fit_settings(trainer: Trainer, module: LightningModule) -> None:
     """Raise a one-line :class:`UserError` for the first invalid or incompatible setting.
 
     Reads ``module.hparams`` (the LitePPO settings), the trainer (world size, budget), the data
@@ -79,7 +79,7 @@ def model_context_length(model_path: str) -> int | None:
 
 
 # -- the checks -----------------------------------------------------------------------------------
-def _check_optimization(hp: Any, trainer: "Trainer") -> None:
+def _check_optimization(hp: Any, trainer: Trainer) -> None:
     norm = hp.max_grad_norm
     if norm is not None and not (isinstance(norm, (int, float)) and math.isfinite(norm) and norm > 0):
         raise UserError(
@@ -104,10 +104,10 @@ def _check_optimization(hp: Any, trainer: "Trainer") -> None:
         raise UserError("model.lr_schedule=cosine needs a finite budget: set trainer.max_epochs or trainer.max_steps")
 
 
-def _check_techniques(hp: Any, trainer: "Trainer") -> None:
+def _check_techniques(hp: Any, trainer: Trainer) -> None:
     """The clip range, one advantage estimator, no two techniques setting one loss field: what
     ``LitePPO.on_fit_start`` builds, checked here before the model loads."""
-    from lite_ppo.hooks import PolicyLossConfig, advantage_estimator, build_loss_config, techniques_of
+    from lite_ppo.technique import PolicyLossConfig, advantage_estimator, build_loss_config, techniques_of
 
     if not 0 < hp.clip_eps < 1:
         raise UserError(f"model.clip_eps={hp.clip_eps}: must be in (0, 1)")
@@ -121,7 +121,7 @@ def _check_techniques(hp: Any, trainer: "Trainer") -> None:
         raise UserError(str(error)) from error
 
 
-def _check_batch_shape(hp: Any, trainer: "Trainer", rollout: Any) -> None:
+def _check_batch_shape(hp: Any, trainer: Trainer, rollout: Any) -> None:
     world = max(1, int(trainer.world_size))
     datamodule = getattr(trainer, "datamodule", None)
     prompts = getattr(datamodule, "prompts_per_step", None)
@@ -166,7 +166,9 @@ def _check_context(model_path: str, rollout: Any) -> None:
             )
 
 
-def _rollout_callback(trainer: "Trainer") -> Any:
-    from lite_ppo.callbacks.rollout import Rollout
+def _rollout_callback(trainer: Trainer) -> Any:
+    """The callback that produces rollouts (it holds a RolloutProducer). Found by what it holds,
+    not by its class, so the module side never imports ``lite_ppo.callbacks``."""
+    from lite_ppo.rollout.producer import RolloutProducer
 
-    return next((cb for cb in trainer.callbacks if isinstance(cb, Rollout)), None)
+    return next((cb for cb in trainer.callbacks if isinstance(getattr(cb, "producer", None), RolloutProducer)), None)

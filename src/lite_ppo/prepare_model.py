@@ -11,8 +11,17 @@ import argparse
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lite-ppo prepare-model", description="Build or convert a builtin model into the local cache and print its folder.")
-    parser.add_argument("name", help="a builtin model (builtin:tiny, builtin:tiny-qwen3, builtin:smollm2-135m-instruct, ...) or a local Hugging Face folder to check")
+    parser = argparse.ArgumentParser(
+        prog="lite-ppo prepare-model",
+        description="Build or convert a builtin model into the local cache and print its folder.",
+    )
+    parser.add_argument(
+        "name",
+        help=(
+            "a builtin model (builtin:tiny, builtin:tiny-qwen3, "
+            "builtin:smollm2-135m-instruct, ...) or a local Hugging Face folder to check"
+        ),
+    )
     args = parser.parse_args(argv)
     from lite_ppo.models import resolve_model  # transformers: only when the command runs
 

@@ -9,6 +9,8 @@ Applied (:data:`APPLIED_ON_RESUME`):
 
 - ``clip_eps``, ``max_grad_norm``: read at fit start / every optimizer step.
 - ``micro_batch_size``, ``gradient_checkpointing``: memory/speed only, no effect on the math.
+- ``old_logprobs``, ``engine_logprob_tolerance``: where each step's old log-probs come from, decided
+  every step; ``fused_optimizer``: the AdamW kernel (same update, same state).
 
 Refused (everything else, e.g. ``model_path``, ``lr``, ``lr_schedule``, ``warmup_steps``,
 ``min_lr_ratio``, ``weight_decay``, ``betas``, ``num_mini_batches``, ``torch_dtype``): the restored
@@ -36,12 +38,24 @@ from lite_ppo.errors import UserError
 
 __all__ = ["APPLIED_ON_RESUME", "check_resume", "format_differences", "resume_differences", "saved_hyperparameters"]
 
-APPLIED_ON_RESUME = frozenset({"clip_eps", "max_grad_norm", "micro_batch_size", "gradient_checkpointing"})
+APPLIED_ON_RESUME = frozenset(
+    {
+        "clip_eps",
+        "max_grad_norm",
+        "micro_batch_size",
+        "gradient_checkpointing",
+        "old_logprobs",
+        "engine_logprob_tolerance",
+        "fused_optimizer",
+    }
+)
 
 Difference = tuple[str, Any, Any]
 
 
-def resume_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> tuple[list[Difference], list[Difference]]:
+def resume_differences(
+    saved: Mapping[str, Any], current: Mapping[str, Any]
+) -> tuple[list[Difference], list[Difference]]:
     """``(applied, refused)``: the settings whose value differs, each ``(name, old, new)``.
 
     Keys starting with ``_`` (Lightning's bookkeeping) are ignored, and so are keys on one side only
@@ -69,9 +83,9 @@ def check_resume(saved: Mapping[str, Any], current: Mapping[str, Any], checkpoin
     applied, refused = resume_differences(saved, current)
     if refused:
         raise UserError(
-            f"cannot resume from {checkpoint} with changed settings: {format_differences(refused)} "
-            "(the restored weights, optimizer and LR schedule were built with the old values); resume with "
-            "the old values, or start a new run from the checkpoint's weights (lite-ppo export-hf, then model.model_path)"
+            f"cannot resume from {checkpoint} with changed settings: {format_differences(refused)} (the restored "
+            "weights, optimizer and LR schedule were built with the old values); resume with the old values, "
+            "or start a new run from the checkpoint's weights (lite-ppo export-hf, then model.model_path)"
         )
     return applied
 

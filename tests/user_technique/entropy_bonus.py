@@ -1,12 +1,13 @@
 """An entropy bonus as a user's own technique: it lives in the user's file, outside the lite_ppo
-package, and is enabled by ``class_path`` in YAML (CONTRIBUTING.md, "Write a new technique as a callback" walks through it)."""
+package, and is enabled by ``class_path`` in YAML (CONTRIBUTING.md, "Write a new technique as a callback"
+walks through it)."""
 
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
-from lite_ppo.hooks import MiniBatchContext, Technique
-from lite_ppo.ops import entropy_from_logits
+from lite_ppo.technique import MiniBatchContext, Technique
 
 
 class EntropyBonus(Technique):
@@ -14,8 +15,8 @@ class EntropyBonus(Technique):
     policy's (temperature-scaled) next-token distribution. Minimising the loss then raises entropy.
 
     The module aggregates the term exactly like the policy loss (token- or sequence-level) and logs
-    it as ``loss/entropy_bonus``; this callback logs ``entropy_bonus/entropy`` (token mean over the
-    step's loss tokens on this rank) and ``entropy_bonus/coef``.
+    it as ``loss/entropy_bonus``; this callback records ``entropy_bonus/entropy`` (token mean over the
+    step's loss tokens, all ranks) in the step's metrics, which the module reduces and logs, and ``entropy_bonus/coef``.
 
     Args:
         coef: weight of the bonus (0 disables it).
@@ -32,23 +33,11 @@ class EntropyBonus(Technique):
         if coef < 0:
             raise ValueError(f"EntropyBonus.coef must be >= 0, got {coef}")
         self.coef = coef
-        self._entropy_sum = 0.0
-        self._tokens = 0.0
 
+    @override
     def extra_loss_terms(self, trainer, module, ctx: MiniBatchContext) -> dict[str, torch.Tensor]:
-        entropy = entropy_from_logits(ctx.logits)  # [b, R], carries gradients
+        entropy = ctx.entropy  # [b, R], carries gradients
         mask = ctx.batch.loss_mask
-        self._entropy_sum += float((entropy.detach() * mask).sum())
-        self._tokens += float(mask.sum())
+        ctx.metrics.mean("entropy_bonus/entropy", (entropy.detach() * mask).sum(), mask.sum())
+        ctx.metrics.mean("entropy_bonus/coef", self.coef, 1)
         return {"entropy_bonus": -self.coef * entropy}
-
-    def on_update_end(self, trainer, module, batch, stats) -> None:
-        # (On several ranks, sum the two counters over ranks first, as lite_ppo.callbacks.KLPenalty does.)
-        mean_entropy = self._entropy_sum / max(self._tokens, 1.0)
-        self._entropy_sum, self._tokens = 0.0, 0.0
-        module.log_dict(
-            {"entropy_bonus/entropy": torch.tensor(mean_entropy), "entropy_bonus/coef": torch.tensor(self.coef)},
-            on_step=True,
-            on_epoch=False,
-            batch_size=batch.num_responses,
-        )

@@ -19,15 +19,32 @@ from lite_ppo.errors import UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lite-ppo data", description="List, fetch and locate the registered datasets (benchmarks and training tiers).")
+    parser = argparse.ArgumentParser(
+        prog="lite-ppo data",
+        description="List, fetch and locate the registered datasets (benchmarks and training tiers).",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    listing = commands.add_parser("list", help="every registered dataset, its origin, license and whether it is present here")
-    listing.add_argument("--data-dir", default=None, help="also report files found in this data folder (they win over shipped/cached copies)")
-    listing.add_argument("--verbose", "-v", action="store_true", help="also print each set's reference origin and row checksum")
+    listing = commands.add_parser(
+        "list", help="every registered dataset, its origin, license and whether it is present here"
+    )
+    listing.add_argument(
+        "--data-dir",
+        default=None,
+        help="also report files found in this data folder (they win over shipped/cached copies)",
+    )
+    listing.add_argument(
+        "--verbose", "-v", action="store_true", help="also print each set's reference origin and row checksum"
+    )
     fetch = commands.add_parser("fetch", help="download sets from the Hugging Face Hub into the cache")
-    fetch.add_argument("names", nargs="+", metavar="NAME", help=f"dataset names or aliases ({', '.join(registry.ALIASES)})")
+    fetch.add_argument(
+        "names", nargs="+", metavar="NAME", help=f"dataset names or aliases ({', '.join(registry.ALIASES)})"
+    )
     fetch.add_argument("--force", action="store_true", help="fetch again even when cached")
-    fetch.add_argument("--no-verify", action="store_true", help="cache a copy whose row count or checksum differs from the recorded one (listed as unverified)")
+    fetch.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="cache a copy whose row count or checksum differs from the recorded one (listed as unverified)",
+    )
     path = commands.add_parser("path", help="print the file(s) a dataset name resolves to (no fetching)")
     path.add_argument("names", nargs="+", metavar="NAME")
     path.add_argument("--data-dir", default=None, help="a data folder that wins over shipped/cached copies")
@@ -39,7 +56,16 @@ def list_datasets(data_dir: str | None = None, verbose: bool = False) -> str:
     header = ("name", "role", "rows", "here", "from", "license")
     rows = [header]
     for entry in registry.DATASETS.values():
-        rows.append((entry.name, entry.role, str(entry.rows), registry.status(entry.name, data_dir), entry.where_from, entry.license))
+        rows.append(
+            (
+                entry.name,
+                entry.role,
+                str(entry.rows),
+                registry.status(entry.name, data_dir),
+                entry.where_from,
+                entry.license,
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in rows]
     if verbose:
@@ -47,7 +73,10 @@ def list_datasets(data_dir: str | None = None, verbose: bool = False) -> str:
         for entry in registry.DATASETS.values():
             lines.append(f"{entry.name}: {entry.origin}; sha256 {entry.sha256}")
     lines.append("")
-    lines.append(f"cache: {registry.data_cache_dir()}   aliases: " + "; ".join(f"{k} = {' '.join(v)}" for k, v in registry.ALIASES.items() if k != "all"))
+    lines.append(
+        f"cache: {registry.data_cache_dir()}   aliases: "
+        + "; ".join(f"{k} = {' '.join(v)}" for k, v in registry.ALIASES.items() if k != "all")
+    )
     return "\n".join(lines)
 
 
@@ -59,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     names = registry.expand_names(args.names)
     if args.command == "path":
-        for name, paths in registry.locate_many(names, args.data_dir, fetch_missing=False).items():
+        for paths in registry.locate_many(names, args.data_dir, fetch_missing=False).values():
             for path in paths:
                 print(path)
         return 0
@@ -78,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append(f"{leaf.name}: {error}")
                 continue
             except Exception as error:  # network, `datasets` errors: report per set and go on
-                failures.append(f"{leaf.name}: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+                failures.append(
+                    f"{leaf.name}: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                )
                 continue
             print(f"{leaf.name}: {registry.status(leaf.name)} -> {path}", flush=True)
     if failures:

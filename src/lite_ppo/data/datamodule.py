@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import random
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
-from lite_ppo.data.loader import BatchDataset, OrderedSampler, ResumableDataLoader, keep_objects, shard_bounds
+from lite_ppo.data.loader import BatchDataset, ResumableDataLoader, shard_bounds
 from lite_ppo.data.mixture import TierMixture
 from lite_ppo.data.pools import TierPool, build_pool
 from lite_ppo.data.problem import Problem
+from lite_ppo.data.validation import items_loader, problem_set_batches
 from lite_ppo.errors import UserError
 
 DEFAULT_SOURCES = {"easy": "synthetic:easy", "medium": "synthetic:medium", "hard": "synthetic:hard"}
@@ -36,6 +38,11 @@ class MathDataModule(LightningDataModule):
         {"problems": list[Problem],  # this rank's share of the batch
          "index": int,               # k, the global batch index (validation: the val batch number)
          "offset": int}              # position of problems[0] within the global batch
+
+    Validation: the held-out problems of every tier (``val_size``), and the named problem sets
+    (benchmarks) given to :meth:`configure_validation` (the ``Evaluation`` callback does, in its
+    ``setup``), in one loader whose items say what they hold (see
+    :mod:`lite_ppo.data.validation`).
 
     Resume: :meth:`on_after_batch_transfer` (called right before each training step) records
     that batch ``k`` was consumed; :meth:`state_dict` saves the count into checkpoints, and
@@ -92,7 +99,9 @@ class MathDataModule(LightningDataModule):
         if val_size < 0:
             raise UserError(f"data.val_size must be >= 0 (0: no held-out problems), got {val_size}")
         if val_batch_size is not None and val_batch_size < 1:
-            raise UserError(f"data.val_batch_size must be >= 1 or null (null: data.prompts_per_step), got {val_batch_size}")
+            raise UserError(
+                f"data.val_batch_size must be >= 1 or null (null: data.prompts_per_step), got {val_batch_size}"
+            )
         # Validated here, before any file is read, so a bad YAML fails at start with its message.
         self.mixture = TierMixture(list(self.sources), {"easy": 1.0} if weights is None else weights, schedule)
         self.prompts_per_step, self.steps_per_epoch, self.seed = prompts_per_step, steps_per_epoch, seed
@@ -101,6 +110,9 @@ class MathDataModule(LightningDataModule):
         self.data_dir = data_dir
         self.consumed_batches = 0
         self._pools: dict[str, TierPool] | None = None
+        self._problem_sets: list[tuple[str, list[Problem]]] | None = None  # see configure_validation
+        self._problem_set_batch_size = 0
+        self._validate_held_out = True
 
     # ------------------------------------------------------------------ batches
     def setup(self, stage: str | None = None) -> None:
@@ -110,7 +122,10 @@ class MathDataModule(LightningDataModule):
     def pools(self) -> dict[str, TierPool]:
         """The tier pools, built on first use (files are read then)."""
         if self._pools is None:
-            self._pools = {tier: build_pool(tier, spec, self.seed, self.val_size, self.data_dir) for tier, spec in self.sources.items()}
+            self._pools = {
+                tier: build_pool(tier, spec, self.seed, self.val_size, self.data_dir)
+                for tier, spec in self.sources.items()
+            }
         return self._pools
 
     def weights_at(self, k: int) -> dict[str, float]:
@@ -145,8 +160,12 @@ class MathDataModule(LightningDataModule):
         """Extra problems for batch ``k`` (dynamic sampling's refill round ``round_index``), same
         shape as :meth:`rank_batch`, drawn from positions no regular batch uses, deterministically."""
         if self.prompts_per_step % world_size:
-            raise ValueError(f"prompts_per_step={self.prompts_per_step} is not divisible by the world size {world_size}")
-        tiers = self.mixture.draw(random.Random(f"lite-ppo:refill:{self.seed}:{k}:{round_index}"), k, self.prompts_per_step)
+            raise ValueError(
+                f"prompts_per_step={self.prompts_per_step} is not divisible by the world size {world_size}"
+            )
+        tiers = self.mixture.draw(
+            random.Random(f"lite-ppo:refill:{self.seed}:{k}:{round_index}"), k, self.prompts_per_step
+        )
         # Regular batches use positions [k * P, (k + 1) * P); refills live far beyond any run's reach.
         first = _REFILL_BASE + (k * _MAX_REFILL_ROUNDS + round_index) * self.prompts_per_step
         problems = [self.pools[tier].train_problem(first + j) for j, tier in enumerate(tiers)]
@@ -175,25 +194,47 @@ class MathDataModule(LightningDataModule):
     def _set_consumed(self, consumed_batches: int) -> None:
         self.consumed_batches = consumed_batches
 
-    def val_dataloader(self) -> DataLoader | list:
-        """The held-out problems in batches of ``val_batch_size``, each sliced across ranks.
+    def configure_validation(
+        self, problem_sets: Sequence[tuple[str, list[Problem]]], batch_size: int, held_out: bool = True
+    ) -> None:
+        """Validate on named problem sets too: ``(name, problems)`` pairs, in global batches of
+        ``batch_size`` problems sliced across ranks, after the held-out tiers (``held_out=False``:
+        instead of them). Every later :meth:`val_dataloader` serves them.
 
-        Returns an empty list (Lightning: no validation) when ``val_size == 0``.
+        Example:
+            >>> dm = MathDataModule(prompts_per_step=8, val_size=2)  # 3 tiers x 2 held out: one batch
+            >>> dm.configure_validation([("mini", [Problem("m1", "1 + 1?", "2", "mini")])], batch_size=8)
+            >>> [item.get("benchmark", "held-out") for item in dm.val_dataloader()]
+            ['held-out', 'mini']
         """
-        problems = self.held_out()
-        if not problems:
-            return []
-        rank, world_size = self._rank_and_world()
-        size = self.val_batch_size
-        num_batches = -(-len(problems) // size)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self._problem_sets = [(name, list(problems)) for name, problems in problem_sets]
+        self._problem_set_batch_size = batch_size
+        self._validate_held_out = held_out
 
-        def make_batch(i: int) -> dict[str, Any]:
+    def val_dataloader(self) -> DataLoader | list:
+        """The held-out problems in batches of ``val_batch_size``, each sliced across ranks, then
+        the batches of the sets given to :meth:`configure_validation`.
+
+        Returns an empty list (Lightning: no validation) when ``val_size == 0`` and no set was given.
+        """
+        rank, world_size = self._rank_and_world()
+        items = self._held_out_batches(rank, world_size) if self._validate_held_out else []
+        if self._problem_sets is None:
+            return items_loader(items) if items else []
+        return items_loader(
+            items + problem_set_batches(self._problem_sets, self._problem_set_batch_size, rank, world_size)
+        )
+
+    def _held_out_batches(self, rank: int, world_size: int) -> list[dict[str, Any]]:
+        problems, size = self.held_out(), self.val_batch_size
+        batches = []
+        for i in range(-(-len(problems) // size)):
             chunk = problems[i * size : (i + 1) * size]
             start, end = shard_bounds(len(chunk), rank, world_size)
-            return {"problems": chunk[start:end], "index": i, "offset": start}
-
-        dataset = BatchDataset(make_batch, num_batches)
-        return DataLoader(dataset, batch_size=None, sampler=OrderedSampler(dataset), num_workers=0, collate_fn=keep_objects)
+            batches.append({"problems": chunk[start:end], "index": i, "offset": start})
+        return batches
 
     # ------------------------------------------------------------------ resume
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:

@@ -120,13 +120,23 @@ def integer_answer(value: Any) -> str:
 # ------------------------------------------------------------------ per-dataset mappings
 def aime24_row(row: Row, index: int, part: HubPart) -> dict[str, Any]:
     """HuggingFaceH4/aime_2024: ``id`` (60..89), ``problem``, ``solution``, ``answer``, ``url``, ``year``."""
-    return {"id": f"aime24-{int(row['id'])}", "problem": row["problem"], "answer": integer_answer(row["answer"]), "source": "AIME2024"}
+    return {
+        "id": f"aime24-{int(row['id'])}",
+        "problem": row["problem"],
+        "answer": integer_answer(row["answer"]),
+        "source": "AIME2024",
+    }
 
 
 def aime25_row(row: Row, index: int, part: HubPart) -> dict[str, Any]:
     """opencompass/AIME2025, configs ``AIME2025-I`` / ``AIME2025-II``: ``question``, ``answer``; the
     id is the exam and the 1-based position (``aime25-II-3``)."""
-    return {"id": f"aime25-{part.label}-{index + 1}", "problem": row["question"], "answer": integer_answer(row["answer"]), "source": "AIME2025"}
+    return {
+        "id": f"aime25-{part.label}-{index + 1}",
+        "problem": row["question"],
+        "answer": integer_answer(row["answer"]),
+        "source": "AIME2025",
+    }
 
 
 def amc23_row(row: Row, index: int, part: HubPart) -> dict[str, Any] | None:
@@ -134,20 +144,35 @@ def amc23_row(row: Row, index: int, part: HubPart) -> dict[str, Any] | None:
     ``url``; only the 2023 problems (the AoPS url names the year) are kept."""
     if "2023_AMC" not in str(row["url"]):
         return None
-    return {"id": f"amc23-{int(row['id'])}", "problem": row["problem"], "answer": integer_answer(row["answer"]), "source": "AMC2023"}
+    return {
+        "id": f"amc23-{int(row['id'])}",
+        "problem": row["problem"],
+        "answer": integer_answer(row["answer"]),
+        "source": "AMC2023",
+    }
 
 
 def minerva_row(row: Row, index: int, part: HubPart) -> dict[str, Any]:
     """math-ai/minervamath (the 272 OCW problems of Minerva, in Qwen2.5-Math's order): ``question``,
     ``answer`` (the solution's last ``\\boxed{}``); a stray ``$ $`` inside an answer is removed."""
-    return {"id": f"minerva-{index}", "problem": row["question"], "answer": str(row["answer"]).replace("$ $", ""), "source": "MinervaMath"}
+    return {
+        "id": f"minerva-{index}",
+        "problem": row["question"],
+        "answer": str(row["answer"]).replace("$ $", ""),
+        "source": "MinervaMath",
+    }
 
 
 def olympiadbench_row(row: Row, index: int, part: HubPart) -> dict[str, Any]:
     """Hothan/OlympiadBench ``OE_TO_maths_en_COMP``: ``id``, ``question``, ``final_answer`` (a list of
     ``$...$`` strings); the answer drops the ``$`` and joins several answers with ``", "``."""
     answers = [str(a).replace("$", "").strip() for a in row["final_answer"]]
-    return {"id": f"olympiadbench-{int(row['id'])}", "problem": row["question"], "answer": ", ".join(answers), "source": "OlympiadBench/OE_TO_maths_en_COMP"}
+    return {
+        "id": f"olympiadbench-{int(row['id'])}",
+        "problem": row["question"],
+        "answer": ", ".join(answers),
+        "source": "OlympiadBench/OE_TO_maths_en_COMP",
+    }
 
 
 def aime_1983_2023_row(row: Row, index: int, part: HubPart) -> dict[str, Any]:
@@ -187,7 +212,9 @@ def load_part(source: HubSource, part: HubPart) -> Any:
     try:
         import datasets
     except ImportError as error:
-        raise UserError("fetching data from the Hugging Face Hub needs the `datasets` package: pip install datasets") from error
+        raise UserError(
+            "fetching data from the Hugging Face Hub needs the `datasets` package: pip install datasets"
+        ) from error
     check_reachable()
     return datasets.load_dataset(source.repo, part.config, split=part.split, revision=source.revision)
 
@@ -212,7 +239,10 @@ def normalize(source: HubSource, loader: Loader = load_part, shipped_dir: Path |
         if names is not None:
             missing = [c for c in source.columns if c not in names]
             if missing:
-                raise UserError(f"{where}: column(s) {', '.join(missing)} missing (it has {', '.join(names)}); the dataset's layout changed")
+                raise UserError(
+                    f"{where}: column(s) {', '.join(missing)} missing (it "
+                    f"has {', '.join(names)}); the dataset's layout changed"
+                )
         for index, row in enumerate(rows):
             record = source.mapping(row, index, part)
             if record is not None:

@@ -186,7 +186,10 @@ def load_parquet_problems(path: str | os.PathLike[str], tier: str | None = None)
         raise DataFormatError(f"{path}: not a readable Parquet file ({error})") from None
     if not rows:
         raise DataFormatError(f"{path}: the file is empty (no rows); a data file needs at least one problem")
-    located = [(f"{path}:{row}", problem_from_record(record, f"{path}:{row}", tier, path.stem)) for row, record in enumerate(rows, start=1)]
+    located = [
+        (f"{path}:{row}", problem_from_record(record, f"{path}:{row}", tier, path.stem))
+        for row, record in enumerate(rows, start=1)
+    ]
     _check_unique_ids(located)
     return [problem for _, problem in located]
 

@@ -106,7 +106,9 @@ class ResumableDataLoader(DataLoader):
         [2]
     """
 
-    def __init__(self, dataset: BatchDataset, get_position: Callable[[], int], set_position: Callable[[int], None]) -> None:
+    def __init__(
+        self, dataset: BatchDataset, get_position: Callable[[], int], set_position: Callable[[int], None]
+    ) -> None:
         super().__init__(
             dataset,
             batch_size=None,

@@ -61,7 +61,9 @@ class FilePool(TierPool):
         # Rows whose text equals a held-out text (duplicates in a file) would leak; drop them too.
         self._train = [p for p in problems if p.problem not in held_texts]
         if not self._train:
-            raise ValueError(f"sources[{tier!r}] {name}: val_size={val_size} leaves no training rows of {len(problems)}")
+            raise ValueError(
+                f"sources[{tier!r}] {name}: val_size={val_size} leaves no training rows of {len(problems)}"
+            )
         self._orders: dict[int, list[int]] = {}
 
     def _order(self, cycle: int) -> list[int]:
@@ -98,7 +100,9 @@ class SyntheticPool(TierPool):
         self.tier = tier
         if difficulty == "easy" and val_size > EASY_CAPACITY // 4:
             limit = EASY_CAPACITY // 4  # keep most of the few distinct easy problems for training
-            raise ValueError(f"sources[{tier!r}]: val_size={val_size} is too large for synthetic easy (at most {limit})")
+            raise ValueError(
+                f"sources[{tier!r}]: val_size={val_size} is too large for synthetic easy (at most {limit})"
+            )
         heldout_source = SyntheticSource(difficulty, seed, stream="heldout")
         self._held: list[Problem] = []
         texts: set[str] = set()
@@ -123,7 +127,9 @@ class SyntheticPool(TierPool):
         return list(self._held)
 
 
-def build_pool(tier: str, spec: str, seed: int, val_size: int, data_dir: str | os.PathLike[str] | None = None) -> TierPool:
+def build_pool(
+    tier: str, spec: str, seed: int, val_size: int, data_dir: str | os.PathLike[str] | None = None
+) -> TierPool:
     """Make the pool for ``sources[tier] = spec``.
 
     Args:
@@ -142,7 +148,7 @@ def build_pool(tier: str, spec: str, seed: int, val_size: int, data_dir: str | o
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"sources[{tier!r}]: expected 'synthetic:<tier>', a dataset name or a file path, got {spec!r}")
     if spec.startswith(SYNTHETIC_PREFIX):
-        difficulty = spec[len(SYNTHETIC_PREFIX):]
+        difficulty = spec[len(SYNTHETIC_PREFIX) :]
         if difficulty not in TIERS:
             choices = ", ".join(SYNTHETIC_PREFIX + t for t in TIERS)
             raise ValueError(f"sources[{tier!r}]: unknown synthetic tier {difficulty!r}; use one of {choices}")
@@ -152,7 +158,10 @@ def build_pool(tier: str, spec: str, seed: int, val_size: int, data_dir: str | o
         return FilePool(tier, problems, seed, val_size, name=spec)
     path = Path(os.path.expanduser(spec))
     if not path.is_file():
-        raise registry.UserError(f"data.sources[{tier!r}]: no such file {spec!r} (and it is not 'synthetic:<tier>' or a dataset name: {', '.join(registry.DATASETS)})")
+        raise registry.UserError(
+            f"data.sources[{tier!r}]: no such file {spec!r} (and it is not 'synthetic:<tier>' or a dataset name: "
+            f"{', '.join(registry.DATASETS)})"
+        )
     return FilePool(tier, load_problems(path, tier=tier), seed, val_size, name=str(path))
 
 

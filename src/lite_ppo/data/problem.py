@@ -24,8 +24,10 @@ class Problem:
             ``max_operand``, ``kind`` and ``expression`` here.
 
     Example:
-        >>> Problem(id="synthetic-easy-0", problem="What is 23 + 48?", answer="71", tier="easy")
-        Problem(id='synthetic-easy-0', problem='What is 23 + 48?', answer='71', tier='easy', source='', level=None, metadata={})
+        >>> problem = Problem(id="synthetic-easy-0", problem="What is 23 + 48?", answer="71", tier="easy")
+        >>> problem  # doctest: +NORMALIZE_WHITESPACE
+        Problem(id='synthetic-easy-0', problem='What is 23 + 48?', answer='71', tier='easy', source='',
+                level=None, metadata={})
     """
 
     id: str

@@ -130,88 +130,191 @@ class Dataset:
 
 _SIMPLERL = "hkust-nlp/simpleRL-reason @ cf1c7858bfc145a27aa733e75d930d34f0d318a6 : examples/simplelr_math_eval/data"
 _GSM8K = "openai/grade-school-math @ 3101c7d5072418e28b9008a6636bde82a006892c : grade_school_math/data"
-_MATH_TRAIN = "MATH train (Hendrycks et al.) from aiwaves-cn/agents @ e8c4e3c2d19739d3dff59e577d1c97090cc15f59 : src/agents/datasets/data/math/train"
+_MATH_TRAIN = (
+    "MATH train (Hendrycks et al.) from aiwaves-cn/agents @ e8c4e3c2d19739d3dff59e577d1c97090cc15f59 : "
+    "src/agents/datasets/data/math/train"
+)
 
 _ENTRIES = (
     Dataset(
-        "math500", "eval", "MATH-500", "math500.jsonl", 500, "ec450f906b22bed9818b5956986b157aaac8276ba8c7378c7b6dc74af62599a7",
+        "math500",
+        "eval",
+        "MATH-500",
+        "math500.jsonl",
+        500,
+        "ec450f906b22bed9818b5956986b157aaac8276ba8c7378c7b6dc74af62599a7",
         f"{_SIMPLERL}/math500/test.jsonl (the PRM800K 500-problem split of the MATH test set)",
-        "MIT (MATH © 2021 Dan Hendrycks; PRM800K split © OpenAI, MIT)", shipped=True,
+        "MIT (MATH © 2021 Dan Hendrycks; PRM800K split © OpenAI, MIT)",
+        shipped=True,
     ),
     Dataset(
-        "aime24", "eval", "AIME24", "aime24.jsonl", 30, "3619f4b48fa80bf77c254a1d05b559b4d53936b4fa5ef845e2fb0b34e7dbf76c",
-        f"{_SIMPLERL}/aime24/test.jsonl (= QwenLM/Qwen2.5-Math evaluation/data/aime24)", _MAA,
+        "aime24",
+        "eval",
+        "AIME24",
+        "aime24.jsonl",
+        30,
+        "3619f4b48fa80bf77c254a1d05b559b4d53936b4fa5ef845e2fb0b34e7dbf76c",
+        f"{_SIMPLERL}/aime24/test.jsonl (= QwenLM/Qwen2.5-Math evaluation/data/aime24)",
+        _MAA,
         hub=HubSource(
-            "HuggingFaceH4/aime_2024", None, (HubPart(split="train"),), ("id", "problem", "answer"), hub.aime24_row,
+            "HuggingFaceH4/aime_2024",
+            None,
+            (HubPart(split="train"),),
+            ("id", "problem", "answer"),
+            hub.aime24_row,
             license="no license on the card",
         ),
     ),
     Dataset(
-        "aime25", "eval", "AIME25", "aime25.jsonl", 30, "0b2cb69ac3cbeb6a2dd55d964535ac3df269cb5cff7e6ef50beaa7cc630a108d",
-        "inclusionAI/AReaL @ 1b0306631b01becc329af59df560efb754be34af : evaluation/data/aime25/test.jsonl (escape defects repaired)", _MAA,
+        "aime25",
+        "eval",
+        "AIME25",
+        "aime25.jsonl",
+        30,
+        "0b2cb69ac3cbeb6a2dd55d964535ac3df269cb5cff7e6ef50beaa7cc630a108d",
+        "inclusionAI/AReaL @ 1b0306631b01becc329af59df560efb754be34af "
+        ": evaluation/data/aime25/test.jsonl (escape defects repaired)",
+        _MAA,
         hub=HubSource(
-            "opencompass/AIME2025", "a6ad95f611d72cf628a80b58bd0432ef6638f958",
-            (HubPart("AIME2025-I", "test", "I"), HubPart("AIME2025-II", "test", "II")), ("question", "answer"), hub.aime25_row,
+            "opencompass/AIME2025",
+            "a6ad95f611d72cf628a80b58bd0432ef6638f958",
+            (HubPart("AIME2025-I", "test", "I"), HubPart("AIME2025-II", "test", "II")),
+            ("question", "answer"),
+            hub.aime25_row,
             license="as on the card (MathArena's copy of these problems is CC BY-NC-SA 4.0)",
         ),
     ),
     Dataset(
-        "amc23", "eval", "AMC23", "amc23.jsonl", 40, "6ab0821048abda39343445450bdfadeb7182c8035ade5c44e795ddd5b361d241",
-        f"{_SIMPLERL}/amc23/test.jsonl (= Qwen2.5-Math evaluation/data/amc23)", _MAA,
+        "amc23",
+        "eval",
+        "AMC23",
+        "amc23.jsonl",
+        40,
+        "6ab0821048abda39343445450bdfadeb7182c8035ade5c44e795ddd5b361d241",
+        f"{_SIMPLERL}/amc23/test.jsonl (= Qwen2.5-Math evaluation/data/amc23)",
+        _MAA,
         hub=HubSource(
-            "AI-MO/aimo-validation-amc", "3439067ac9825a505319caa5ca4a8895942d8770", (HubPart(split="train"),),
-            ("id", "problem", "answer", "url"), hub.amc23_row, license="apache-2.0 on the card (the problems are © MAA)",
+            "AI-MO/aimo-validation-amc",
+            "3439067ac9825a505319caa5ca4a8895942d8770",
+            (HubPart(split="train"),),
+            ("id", "problem", "answer", "url"),
+            hub.amc23_row,
+            license="apache-2.0 on the card (the problems are © MAA)",
         ),
     ),
     Dataset(
-        "minerva_math", "eval", "MinervaMath", "minerva_math.jsonl", 272, "49a1a91a9e05080e7ae0185a5aee63f8b9451f90e32adf3f92d10fc3346fbcc1",
+        "minerva_math",
+        "eval",
+        "MinervaMath",
+        "minerva_math.jsonl",
+        272,
+        "49a1a91a9e05080e7ae0185a5aee63f8b9451f90e32adf3f92d10fc3346fbcc1",
         f"{_SIMPLERL}/minerva_math/test.jsonl (Minerva's OCWCourses set)",
         "MIT OpenCourseWare material (normally CC BY-NC-SA); no license given by the source (not redistributed)",
-        hub=HubSource("math-ai/minervamath", None, (HubPart(split="test"),), ("question", "answer"), hub.minerva_row, license="no license on the card"),
+        hub=HubSource(
+            "math-ai/minervamath",
+            None,
+            (HubPart(split="test"),),
+            ("question", "answer"),
+            hub.minerva_row,
+            license="no license on the card",
+        ),
     ),
     Dataset(
-        "olympiadbench", "eval", "OlympiadBench", "olympiadbench.jsonl", 675, "93069fd6bf69cf40ed582675c8939d58812058b57780a4ee6b741e7312f63637",
+        "olympiadbench",
+        "eval",
+        "OlympiadBench",
+        "olympiadbench.jsonl",
+        675,
+        "93069fd6bf69cf40ed582675c8939d58812058b57780a4ee6b741e7312f63637",
         f"{_SIMPLERL}/olympiadbench/test.jsonl (OE_TO_maths_en_COMP)",
         "OpenBMB/OlympiadBench states no license (the Hub card says apache-2.0); not redistributed",
         hub=HubSource(
-            "Hothan/OlympiadBench", "3b426ee1d587c71b495146dde9f3e995ee7ac59f", (HubPart("OE_TO_maths_en_COMP", "train"),),
-            ("id", "question", "final_answer"), hub.olympiadbench_row, license="apache-2.0 on the card",
+            "Hothan/OlympiadBench",
+            "3b426ee1d587c71b495146dde9f3e995ee7ac59f",
+            (HubPart("OE_TO_maths_en_COMP", "train"),),
+            ("id", "question", "final_answer"),
+            hub.olympiadbench_row,
+            license="apache-2.0 on the card",
         ),
     ),
     Dataset(
-        "gsm8k", "eval", "GSM8K", "gsm8k_test.jsonl", 1319, "fcba35d97e072161cbe1c78db98b4d7a0cecb0c067c38b7ccada9d80b9d0c79d",
-        f"{_GSM8K}/test.jsonl", "MIT (© 2021 OpenAI)", shipped=True, in_average=False,
+        "gsm8k",
+        "eval",
+        "GSM8K",
+        "gsm8k_test.jsonl",
+        1319,
+        "fcba35d97e072161cbe1c78db98b4d7a0cecb0c067c38b7ccada9d80b9d0c79d",
+        f"{_GSM8K}/test.jsonl",
+        "MIT (© 2021 OpenAI)",
+        shipped=True,
+        in_average=False,
     ),
     Dataset(
-        "paper:easy", "train", "easy", "easy.jsonl", 8032, "d65f77e13fb27216e2881641dced3365358b00529e3cb8af37330081ee534d91",
-        f"GSM8K train 7,473 ({_GSM8K}/train.jsonl) + MATH train level 1: 559 ({_MATH_TRAIN}); de-duplicated and decontaminated",
-        "MIT (GSM8K © 2021 OpenAI; MATH © 2021 Dan Hendrycks)", shipped=True,
+        "paper:easy",
+        "train",
+        "easy",
+        "easy.jsonl",
+        8032,
+        "d65f77e13fb27216e2881641dced3365358b00529e3cb8af37330081ee534d91",
+        f"GSM8K train 7,473 ({_GSM8K}/train.jsonl) + MATH train level "
+        f"1: 559 ({_MATH_TRAIN}); de-duplicated and decontaminated",
+        "MIT (GSM8K © 2021 OpenAI; MATH © 2021 Dan Hendrycks)",
+        shipped=True,
     ),
     Dataset(
-        "paper:medium", "train", "medium", "medium.jsonl", 2935, "3a33e697ccc630ae08119eec2f9d4e2f79a2ad6fc7c17a7c66a6c3548c021302",
+        "paper:medium",
+        "train",
+        "medium",
+        "medium.jsonl",
+        2935,
+        "3a33e697ccc630ae08119eec2f9d4e2f79a2ad6fc7c17a7c66a6c3548c021302",
         f"MATH train levels 2-3: 1,344 + 1,591 ({_MATH_TRAIN}); de-duplicated and decontaminated",
-        "MIT (MATH © 2021 Dan Hendrycks)", shipped=True,
+        "MIT (MATH © 2021 Dan Hendrycks)",
+        shipped=True,
     ),
     Dataset(
-        "paper:hard-math", "train", "hard (MATH part)", "hard-math.jsonl", 3980, "b724fbf1a9b19f3b4bfa245e330df55d1bb59321526b15a62685f7af5d83d8b9",
+        "paper:hard-math",
+        "train",
+        "hard (MATH part)",
+        "hard-math.jsonl",
+        3980,
+        "b724fbf1a9b19f3b4bfa245e330df55d1bb59321526b15a62685f7af5d83d8b9",
         f"MATH train levels 4-5: 1,687 + 2,293 ({_MATH_TRAIN}); de-duplicated and decontaminated",
-        "MIT (MATH © 2021 Dan Hendrycks)", shipped=True,
+        "MIT (MATH © 2021 Dan Hendrycks)",
+        shipped=True,
     ),
     Dataset(
-        "paper:hard-aime", "train", "hard (AIME part)", "hard-aime.jsonl", 550, "11f3bdac77952b9950ae4eaffdc3ad1bdb84bdfc78e50e0d00cce360d1eeff6d",
-        "AIME 1983-2023 from agentica-project/deepscaler @ 95ef74ffee001cce89463f2d61dfdce1d03576c1 : deepscaler/data/train/aime.json, "
+        "paper:hard-aime",
+        "train",
+        "hard (AIME part)",
+        "hard-aime.jsonl",
+        550,
+        "11f3bdac77952b9950ae4eaffdc3ad1bdb84bdfc78e50e0d00cce360d1eeff6d",
+        "AIME 1983-2023 from agentica-project/deepscaler @ 95ef74ffee001cce89463f2d61dfdce1d03576c1 : "
+        "deepscaler/data/train/aime.json, "
         "minus copies of MATH problems and of evaluation problems (the kept ids: shipped/paper_hard_aime.ids)",
         _MAA,
         hub=HubSource(
-            "di-zhang-fdu/AIME_1983_2024", "53ed0870b96dfe2117d5eb58c261a8812606a45a", (HubPart(split="train"),),
-            ("Year", "Problem Number", "Question", "Answer", "Part"), hub.aime_1983_2023_row,
-            license="mit on the card (the problems are © MAA)", keep_ids="paper_hard_aime.ids",
+            "di-zhang-fdu/AIME_1983_2024",
+            "53ed0870b96dfe2117d5eb58c261a8812606a45a",
+            (HubPart(split="train"),),
+            ("Year", "Problem Number", "Question", "Answer", "Part"),
+            hub.aime_1983_2023_row,
+            license="mit on the card (the problems are © MAA)",
+            keep_ids="paper_hard_aime.ids",
         ),
     ),
     Dataset(
-        "paper:hard", "train", "hard", "hard.jsonl", 4530, "eae430ed9df9c11dd16c55e553048885200fc8fddc132367c94ae725ce74ff90",
+        "paper:hard",
+        "train",
+        "hard",
+        "hard.jsonl",
+        4530,
+        "eae430ed9df9c11dd16c55e553048885200fc8fddc132367c94ae725ce74ff90",
         "MATH train levels 4-5 (paper:hard-math) + AIME 1983-2023 (paper:hard-aime)",
-        "MIT (MATH part, shipped) + © MAA (AIME part, fetched)", parts=("paper:hard-math", "paper:hard-aime"),
+        "MIT (MATH part, shipped) + © MAA (AIME part, fetched)",
+        parts=("paper:hard-math", "paper:hard-aime"),
     ),
 )
 
@@ -229,7 +332,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
 class DatasetMissing(UserError):
     """Registered sets that are not available here; the message names them and the fetch command."""
 
-    def __init__(self, names: Sequence[str], data_dir: str | os.PathLike[str] | None = None, reason: str | None = None) -> None:
+    def __init__(
+        self, names: Sequence[str], data_dir: str | os.PathLike[str] | None = None, reason: str | None = None
+    ) -> None:
         self.names = list(names)
         files = ", ".join(DATASETS[n].filename for n in self.names)
         sets = ", ".join(repr(n) for n in self.names)
@@ -237,9 +342,10 @@ class DatasetMissing(UserError):
         because = f" ({reason})" if reason else ""
         plural = "s" if len(self.names) > 1 else ""
         super().__init__(
-            f"dataset{plural} {sets} not available here{because}: {where}not shipped with lite-ppo (its license does not allow it) and not in the cache "
-            f"{data_cache_dir()}; run `lite-ppo data fetch {' '.join(self.names)}` where the Hugging Face Hub is reachable, "
-            f"or give a data folder holding {files} in the project's schema (--data-dir, data_dir)"
+            f"dataset{plural} {sets} not available here{because}: {where}not shipped with lite-ppo "
+            f"(its license does not allow it) and not in the cache {data_cache_dir()}; run `lite-ppo "
+            f"data fetch {' '.join(self.names)}` where the Hugging Face Hub is reachable, or "
+            f"give a data folder holding {files} in the project's schema (--data-dir, data_dir)"
         )
 
     def __reduce__(self):  # pickled across processes (spawned ranks) as the plain one-line UserError
@@ -327,7 +433,9 @@ def _missing_leaves(entry: Dataset, data_dir: str | os.PathLike[str] | None) -> 
 _fetch_failure: str | None = None  # why the last fetch on first use failed (not retried in this process)
 
 
-def locate_many(names: Sequence[str], data_dir: str | os.PathLike[str] | None = None, fetch_missing: bool | None = None) -> dict[str, list[Path]]:
+def locate_many(
+    names: Sequence[str], data_dir: str | os.PathLike[str] | None = None, fetch_missing: bool | None = None
+) -> dict[str, list[Path]]:
     """The file(s) of every name (several for a composite), fetching missing sets on first use.
 
     Args:
@@ -348,12 +456,18 @@ def locate_many(names: Sequence[str], data_dir: str | os.PathLike[str] | None = 
     reason = _fetch_failure if missing and fetch_missing else None
     if missing and fetch_missing and _fetch_failure is None:
         for name in missing:
-            print(f"lite-ppo: dataset {name!r} is not in the cache; fetching it from hf://{get(name).hub.pinned} "
-                  f"(`lite-ppo data fetch {name}` does this ahead of time)", file=sys.stderr, flush=True)
+            print(
+                f"lite-ppo: dataset {name!r} is not in the cache; fetching it from hf://{get(name).hub.pinned} "
+                f"(`lite-ppo data fetch {name}` does this ahead of time)",
+                file=sys.stderr,
+                flush=True,
+            )
             try:
                 fetch(name)
             except Exception as error:  # no network, no `datasets`, a changed Hub copy: say why, once
-                reason = f"fetching {name!r} failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
+                reason = (
+                    f"fetching {name!r} failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
+                )
                 # One failed attempt per process: later look-ups (other sets, other ranks' calls) do not retry.
                 _fetch_failure = reason
                 break
@@ -432,7 +546,14 @@ def fetch(name: str, force: bool = False, verify: bool = True, loader: hub.Loade
                 f"nothing was cached (`lite-ppo data fetch {name} --no-verify` caches it anyway, listed as unverified)"
             )
         # The record first: a crash between the two leaves no data file (status stays "missing").
-        meta = {"name": name, "hub": entry.hub.repo, "revision": entry.hub.revision, "rows": len(records), "sha256": digest, "verified": not problems}
+        meta = {
+            "name": name,
+            "hub": entry.hub.repo,
+            "revision": entry.hub.revision,
+            "rows": len(records),
+            "sha256": digest,
+            "verified": not problems,
+        }
         _atomic_write(final.with_suffix(".json"), json.dumps(meta, indent=1).encode())
         _atomic_write(final, data)
     return [final]

@@ -85,15 +85,9 @@ def _medium(rng: random.Random) -> GeneratedItem:
         return _arith(f"{c} + {a} × {b}")
     if form == 3:
         c = rng.randint(100, min(999, a * b))
-        text = (
-            f"A shop has {a} boxes with {b} pencils in each box. It sells {c} pencils. "
-            "How many pencils are left?"
-        )
+        text = f"A shop has {a} boxes with {b} pencils in each box. It sells {c} pencils. How many pencils are left?"
         return GeneratedItem(text, a * b - c, f"{a} * {b} - {c}", "word")
-    text = (
-        f"Tom has {c} marbles. He buys {a} bags with {b} marbles in each bag. "
-        "How many marbles does Tom have now?"
-    )
+    text = f"Tom has {c} marbles. He buys {a} bags with {b} marbles in each bag. How many marbles does Tom have now?"
     return GeneratedItem(text, c + a * b, f"{c} + {a} * {b}", "word")
 
 

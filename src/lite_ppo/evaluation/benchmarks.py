@@ -66,15 +66,21 @@ class BenchmarkSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise ValueError(f"benchmark name {self.name!r} must be non-empty and use only letters, digits, '_' and '-'")
+            raise ValueError(
+                f"benchmark name {self.name!r} must be non-empty and use only letters, digits, '_' and '-'"
+            )
         if self.name in RESERVED_NAMES:
             raise ValueError(f"benchmark name {self.name!r} is reserved for the averages; choose another")
         if not isinstance(self.file, str) or not self.file:
             raise ValueError(f"benchmark {self.name!r}: 'file' must be a non-empty path")
-        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1):
+        if self.limit is not None and (
+            isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1
+        ):
             raise ValueError(f"benchmark {self.name!r}: 'limit' must be an integer >= 1 or null, got {self.limit!r}")
         if self.dataset is not None and self.dataset not in registry.DATASETS:
-            raise ValueError(f"benchmark {self.name!r}: unknown dataset {self.dataset!r}; known: {', '.join(registry.DATASETS)}")
+            raise ValueError(
+                f"benchmark {self.name!r}: unknown dataset {self.dataset!r}; known: {', '.join(registry.DATASETS)}"
+            )
 
     @property
     def display(self) -> str:
@@ -82,7 +88,9 @@ class BenchmarkSpec:
 
 
 DEFAULT_BENCHMARKS: tuple[BenchmarkSpec, ...] = tuple(
-    BenchmarkSpec(d.name, d.filename, d.title, in_average=d.in_average, dataset=d.name) for d in registry.DATASETS.values() if d.role == "eval"
+    BenchmarkSpec(d.name, d.filename, d.title, in_average=d.in_average, dataset=d.name)
+    for d in registry.DATASETS.values()
+    if d.role == "eval"
 )
 _BY_NAME = {spec.name: spec for spec in DEFAULT_BENCHMARKS}
 
@@ -101,10 +109,15 @@ def spec_from_mapping(entry: Any, where: str) -> BenchmarkSpec:
     """
     if isinstance(entry, str):
         if entry not in _BY_NAME:
-            raise ValueError(f"{where}: unknown benchmark {entry!r}; known: {', '.join(_BY_NAME)} (or give a mapping with name and file)")
+            raise ValueError(
+                f"{where}: unknown benchmark {entry!r}; known: "
+                f"{', '.join(_BY_NAME)} (or give a mapping with name and file)"
+            )
         return _BY_NAME[entry]
     if not isinstance(entry, Mapping):
-        raise ValueError(f"{where}: expected a mapping {{name, file, title?, limit?, in_average?}}, got {type(entry).__name__}")
+        raise ValueError(
+            f"{where}: expected a mapping {{name, file, title?, limit?, in_average?}}, got {type(entry).__name__}"
+        )
     allowed = {f.name for f in fields(BenchmarkSpec)}
     unknown = sorted(set(entry) - allowed)
     if unknown:
@@ -137,14 +150,16 @@ def parse_benchmark_list(entries: Any, where: str) -> list[BenchmarkSpec]:
     return specs
 
 
-def load_benchmark_config(source: str | os.PathLike[str] | Sequence[Any] | None) -> tuple[list[BenchmarkSpec], str | None]:
+def load_benchmark_config(
+    source: str | os.PathLike[str] | Sequence[Any] | None,
+) -> tuple[list[BenchmarkSpec], str | None]:
     """The benchmarks and the configured data folder (None when the config names none).
 
     Args:
         source: ``None`` (the registry), a YAML file (``{data_dir?, benchmarks: [...]}`` or a bare
             list), a comma-separated list of registry names (``"math500,gsm8k"``; ``"paper"`` is the
-            paper's six), a list of mappings / registry names, or an empty list (no benchmarks: only the held-out split of
-            the training tiers is evaluated, which needs no files).
+            paper's six), a list of mappings / registry names, or an empty list (no benchmarks: only
+            the held-out split of the training tiers is evaluated, which needs no files).
 
     Example:
         >>> [s.name for s in load_benchmark_config("aime24,amc23")[0]]
@@ -158,7 +173,9 @@ def load_benchmark_config(source: str | os.PathLike[str] | Sequence[Any] | None)
         path = Path(os.path.expanduser(str(source)))
         if path.suffix.lower() in (".yaml", ".yml") or path.exists():
             return _load_yaml(path)
-        return parse_benchmark_list([name.strip() for name in str(source).split(",") if name.strip()], "benchmarks"), None
+        return parse_benchmark_list(
+            [name.strip() for name in str(source).split(",") if name.strip()], "benchmarks"
+        ), None
     return parse_benchmark_list(source, "benchmarks"), None
 
 
@@ -206,7 +223,9 @@ def apply_limit(specs: Sequence[BenchmarkSpec], limit: int | None) -> list[Bench
     return [replace(s, limit=limit if s.limit is None else min(s.limit, limit)) for s in specs]
 
 
-def benchmark_paths(specs: Sequence[BenchmarkSpec], data_dir: str | os.PathLike[str] | None, fetch_missing: bool | None = None) -> list[list[Path]]:
+def benchmark_paths(
+    specs: Sequence[BenchmarkSpec], data_dir: str | os.PathLike[str] | None, fetch_missing: bool | None = None
+) -> list[list[Path]]:
     """The file(s) of every benchmark; all missing registered sets are named in one error.
 
     ``fetch_missing``: fetch missing registered sets from the Hub now (default: only when no
@@ -228,7 +247,9 @@ def benchmark_paths(specs: Sequence[BenchmarkSpec], data_dir: str | os.PathLike[
         if not path.is_absolute() and data_dir is not None:
             path = Path(data_dir) / path
         if not path.is_file():
-            raise FileNotFoundError(f"benchmark {spec.name!r}: file {str(path)!r} does not exist (check data_dir / --data-dir)")
+            raise FileNotFoundError(
+                f"benchmark {spec.name!r}: file {str(path)!r} does not exist (check data_dir / --data-dir)"
+            )
         paths.append([path])
     return paths
 
@@ -238,7 +259,9 @@ def _load(spec: BenchmarkSpec, paths: Sequence[Path]) -> list[Problem]:
     return problems[: spec.limit] if spec.limit is not None else problems
 
 
-def load_benchmark(spec: BenchmarkSpec, data_dir: str | os.PathLike[str] | None, fetch_missing: bool | None = None) -> list[Problem]:
+def load_benchmark(
+    spec: BenchmarkSpec, data_dir: str | os.PathLike[str] | None, fetch_missing: bool | None = None
+) -> list[Problem]:
     """The first ``spec.limit`` problems of the benchmark, tier set to the benchmark name.
 
     Raises:
@@ -248,6 +271,8 @@ def load_benchmark(spec: BenchmarkSpec, data_dir: str | os.PathLike[str] | None,
     return _load(spec, benchmark_paths([spec], data_dir, fetch_missing)[0])
 
 
-def load_benchmarks(specs: Sequence[BenchmarkSpec], data_dir: str | os.PathLike[str] | None, fetch_missing: bool | None = None) -> list[tuple[BenchmarkSpec, list[Problem]]]:
+def load_benchmarks(
+    specs: Sequence[BenchmarkSpec], data_dir: str | os.PathLike[str] | None, fetch_missing: bool | None = None
+) -> list[tuple[BenchmarkSpec, list[Problem]]]:
     """Load every benchmark; every missing set is reported in one error before any file is read."""
     return [(spec, _load(spec, paths)) for spec, paths in zip(specs, benchmark_paths(specs, data_dir, fetch_missing))]

@@ -133,7 +133,9 @@ class EvalMetric(Metric):
         if n > 1:
             out[f"mean@{n}"] = out["accuracy"].clone()
         for k in self.ks:
-            weights = torch.tensor([pass_at_k(n, c, k) for c in range(n + 1)], dtype=torch.float64, device=self.correct_hist.device)
+            weights = torch.tensor(
+                [pass_at_k(n, c, k) for c in range(n + 1)], dtype=torch.float64, device=self.correct_hist.device
+            )
             out[f"pass@{k}"] = (self.correct_hist * weights).sum() / denom_p
         out["response_length"] = self.length_sum / denom_r
         out["truncation_rate"] = self.truncated_count / denom_r
@@ -159,7 +161,9 @@ def to_floats(values: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
     return {k: float(v) for k, v in values.items()}
 
 
-def average_metrics(per_benchmark: Mapping[str, Mapping[str, float]], include: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+def average_metrics(
+    per_benchmark: Mapping[str, Mapping[str, float]], include: Sequence[str] | None = None
+) -> dict[str, dict[str, float]]:
     """``{"average": ..., "weighted_average": ...}`` over the ``include``d benchmarks.
 
     ``average`` is the unweighted mean over benchmarks (the paper's average); ``weighted_average``
@@ -168,7 +172,9 @@ def average_metrics(per_benchmark: Mapping[str, Mapping[str, float]], include: S
     included.
 
     Example:
-        >>> avg = average_metrics({"a": {"accuracy": 1.0, "num_problems": 1.0}, "b": {"accuracy": 0.0, "num_problems": 3.0}})
+        >>> avg = average_metrics(
+        ...     {"a": {"accuracy": 1.0, "num_problems": 1.0}, "b": {"accuracy": 0.0, "num_problems": 3.0}}
+        ... )
         >>> avg["average"]["accuracy"], avg["weighted_average"]["accuracy"]
         (0.5, 0.25)
     """

@@ -18,14 +18,25 @@ def table_columns(metrics: Iterable[str]) -> list[str]:
     ``num_problems`` stay in metrics.json)."""
     keys = list(metrics)
     passk = sorted((k for k in keys if k.startswith("pass@")), key=lambda k: int(k[5:]))
-    order = ["num_problems", "accuracy", *[k for k in keys if k.startswith("mean@")], *passk, "response_length", "truncation_rate", "unparsed_rate"]
+    order = [
+        "num_problems",
+        "accuracy",
+        *[k for k in keys if k.startswith("mean@")],
+        *passk,
+        "response_length",
+        "truncation_rate",
+        "unparsed_rate",
+    ]
     return [k for k in order if k in keys]
 
 
 def _header(key: str) -> str:
-    return {"num_problems": "problems", "response_length": "length", "truncation_rate": "truncated %", "unparsed_rate": "unparsed %"}.get(
-        key, f"{key} %" if key.startswith(("accuracy", "mean@", "pass@")) else key
-    )
+    return {
+        "num_problems": "problems",
+        "response_length": "length",
+        "truncation_rate": "truncated %",
+        "unparsed_rate": "unparsed %",
+    }.get(key, f"{key} %" if key.startswith(("accuracy", "mean@", "pass@")) else key)
 
 
 def format_value(key: str, value: float | None) -> str:
@@ -39,7 +50,9 @@ def format_value(key: str, value: float | None) -> str:
     return f"{value:.1f}"
 
 
-def table_rows(results: Mapping[str, Any], titles: Mapping[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
+def table_rows(
+    results: Mapping[str, Any], titles: Mapping[str, str] | None = None
+) -> tuple[list[str], list[list[str]]]:
     """Header and rows: one row per group, then the average rows (when present and non-empty)."""
     groups: Mapping[str, Mapping[str, float]] = results["groups"]
     titles = titles or {}
@@ -73,14 +86,20 @@ def text_table(results: Mapping[str, Any], titles: Mapping[str, str] | None = No
     """The same table aligned for a terminal."""
     header, rows = table_rows(results, titles)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    fmt = lambda row: "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))  # noqa: E731
+    fmt = lambda row: "  ".join(
+        cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
+    )  # noqa: E731
     lines = [title] if title else []
     lines += [fmt(header), "  ".join("-" * w for w in widths), *(fmt(r) for r in rows)]
     return "\n".join(lines)
 
 
 def comparison_table(
-    before: Mapping[str, Any], after: Mapping[str, Any], titles: Mapping[str, str] | None = None, key: str = "accuracy", label: str = "benchmark"
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    titles: Mapping[str, str] | None = None,
+    key: str = "accuracy",
+    label: str = "benchmark",
 ) -> str:
     """``benchmark | before | after | change`` of one metric (percentages), averages included;
     ``label`` names the first column (e.g. ``held-out tier``)."""
@@ -95,7 +114,9 @@ def comparison_table(
         change = "-" if b is None or a is None else f"{100 * (a - b):+.1f}"
         cells.append([row_title, format_value(key, b), format_value(key, a), change])
     widths = [max(len(r[i]) for r in cells) for i in range(4)]
-    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells)
+    return "\n".join(
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells
+    )
 
 
 def write_json(path: str | os.PathLike[str], payload: Mapping[str, Any]) -> Path:
@@ -114,7 +135,13 @@ def write_jsonl(path: str | os.PathLike[str], records: Sequence[Mapping[str, Any
     return path
 
 
-def write_report(out_dir: str | os.PathLike[str], results: Mapping[str, Any], titles: Mapping[str, str], info: Mapping[str, Any], records: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Path]:
+def write_report(
+    out_dir: str | os.PathLike[str],
+    results: Mapping[str, Any],
+    titles: Mapping[str, str],
+    info: Mapping[str, Any],
+    records: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Path]:
     """Write ``metrics.json`` (every metric, per benchmark and averaged, plus ``info``),
     ``metrics.md`` (the table) and, when ``records`` is given, ``responses.jsonl``."""
     out = Path(out_dir)
@@ -130,7 +157,11 @@ def write_report(out_dir: str | os.PathLike[str], results: Mapping[str, Any], ti
     header = [f"# Evaluation: {info.get('model', '')}".rstrip(), ""]
     describe = ", ".join(f"{k}={v}" for k, v in (info.get("sampling") or {}).items())
     if describe:
-        header += [f"Sampling: {describe}. Rates in %, length in tokens; `average` is the unweighted mean over the averaged benchmarks, `weighted average` weights them by problem count.", ""]
+        header += [
+            f"Sampling: {describe}. Rates in %, length in tokens; `average` is the unweighted mean over the averaged "
+            "benchmarks, `weighted average` weights them by problem count.",
+            "",
+        ]
     (out / "metrics.md").write_text("\n".join(header) + markdown_table(results, titles) + "\n", encoding="utf-8")
     paths["metrics.md"] = out / "metrics.md"
     if records is not None:

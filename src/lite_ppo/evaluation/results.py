@@ -1,7 +1,7 @@
 """From rollout batches to metrics and per-response records, shared by the command and the callback.
 
-Both the ``lite-ppo evaluate`` command and the ``Evaluation`` callback generate and score with the
-``Rollout`` callback's ``make_rollout`` (same prompt formatter, same engine, same
+Both the ``lite-ppo evaluate`` command and the ``Evaluation`` callback generate and score with
+:class:`~lite_ppo.rollout.producer.RolloutProducer` (same prompt formatter, same engine, same
 ``MathVerifyReward``), then feed the resulting ``RolloutBatch`` to :class:`GroupMetrics` here, so a
 number means the same in both places.
 """
@@ -29,15 +29,23 @@ def rows_by_problem(rollout: RolloutBatch, num_problems: int) -> list[list[int]]
     return rows
 
 
-def response_records(group: str, problems: Sequence[Problem], rollout: RolloutBatch, prompts: Sequence[str] | None = None, valid: Sequence[bool] | None = None) -> list[dict[str, Any]]:
+def response_records(
+    group: str,
+    problems: Sequence[Problem],
+    rollout: RolloutBatch,
+    prompts: Sequence[str] | None = None,
+    valid: Sequence[bool] | None = None,
+) -> list[dict[str, Any]]:
     """One JSON-ready record per response of the ``valid`` problems, in problem then sample order.
 
     Keys: ``benchmark, id, sample, prompt, response, answer, extracted, status, correct, length,
     truncated`` (``prompt`` only when ``prompts`` is given).
     """
+    _require_statuses(rollout)
     extras = rollout.extras
     lengths = rollout.response_lengths.tolist()
     truncated = rollout.truncated.tolist()
+    correct = rollout.correct.tolist()  # the verifier's verdict, as scored
     out = []
     for p, rows in enumerate(rows_by_problem(rollout, len(problems))):
         if valid is not None and not valid[p]:
@@ -46,18 +54,26 @@ def response_records(group: str, problems: Sequence[Problem], rollout: RolloutBa
             record: dict[str, Any] = {"benchmark": group, "id": problems[p].id, "sample": sample}
             if prompts is not None:
                 record["prompt"] = prompts[p]
-            status = extras["reward_status"][row]
+            status = rollout.reward_status[row]
             record.update(
                 response=extras["response_text"][row],
                 answer=problems[p].answer,
                 extracted=extras["extracted"][row],
                 status=status,
-                correct=status == "correct",
+                correct=bool(correct[row]),
                 length=int(lengths[row]),
                 truncated=bool(truncated[row]),
             )
             out.append(record)
     return out
+
+
+def _require_statuses(rollout: RolloutBatch) -> list[str]:
+    if rollout.reward_status is None:
+        raise ValueError(
+            "the rollout batch carries no reward_status: evaluation needs the verifier's status of every response"
+        )
+    return rollout.reward_status
 
 
 class GroupMetrics:
@@ -78,14 +94,20 @@ class GroupMetrics:
         0.5
     """
 
-    def __init__(self, groups: Sequence[str], num_samples: int = 1, ks: Sequence[int] | None = None, averaged: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        groups: Sequence[str],
+        num_samples: int = 1,
+        ks: Sequence[int] | None = None,
+        averaged: Sequence[str] | None = None,
+    ) -> None:
         self.groups = list(groups)
         self.num_samples = num_samples
         self.ks = ks
         self.averaged = list(self.groups if averaged is None else averaged)
         self.metrics = {g: EvalMetric(num_samples=num_samples, ks=ks) for g in self.groups}
 
-    def to(self, device: torch.device | str) -> "GroupMetrics":
+    def to(self, device: torch.device | str) -> GroupMetrics:
         for metric in self.metrics.values():
             metric.to(device)
         return self
@@ -105,14 +127,19 @@ class GroupMetrics:
                 metric.to(next(iter(self.metrics.values())).correct_hist.device)
             self.metrics[group] = metric
 
-    def update_rollout(self, group: str, problems: Sequence[Problem], rollout: RolloutBatch, valid: Sequence[bool] | None = None) -> None:
+    def update_rollout(
+        self, group: str, problems: Sequence[Problem], rollout: RolloutBatch, valid: Sequence[bool] | None = None
+    ) -> None:
         """Add a batch's responses (the problems flagged ``valid``; padding rows are skipped)."""
         rows = [r for p, r in enumerate(rows_by_problem(rollout, len(problems))) if valid is None or valid[p]]
         n = self.num_samples
         for problem_rows in rows:
             if len(problem_rows) != n:
-                raise ValueError(f"group {group!r}: a problem has {len(problem_rows)} responses, expected {n} (rollout n and metric n differ)")
-        statuses = rollout.extras["reward_status"]
+                raise ValueError(
+                    f"group {group!r}: a problem has {len(problem_rows)} responses, expected {n} "
+                    "(rollout n and metric n differ)"
+                )
+        statuses = _require_statuses(rollout)
         index = torch.tensor([r for problem_rows in rows for r in problem_rows], dtype=torch.long)
         self.metrics[group].update(
             status_indices([[statuses[r] for r in problem_rows] for problem_rows in rows]).reshape(len(rows), n),

@@ -1,7 +1,8 @@
 """Evaluate a policy on benchmarks outside Lightning: load a model, generate, score, collect.
 
-Generation and scoring go through ``Rollout.make_rollout`` (the training path: the same prompt
-formatter, engine and ``MathVerifyReward``); metrics through :class:`GroupMetrics`.
+Generation and scoring go through :class:`~lite_ppo.rollout.producer.RolloutProducer` (the
+training path: the same prompt formatter, engine and ``MathVerifyReward``); metrics through
+:class:`GroupMetrics`.
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lite_ppo.data.problem import Problem
 from lite_ppo.evaluation.benchmarks import BenchmarkSpec
 from lite_ppo.evaluation.results import GroupMetrics, response_records
 from lite_ppo.rollout.engine import SamplingConfig
+
+if TYPE_CHECKING:  # type hints only: the producer pulls in the engines
+    from lite_ppo.rollout.producer import RolloutProducer
 
 
 def load_policy_module(model: str, base_model: str | None = None, dtype: str = "float32"):
@@ -32,25 +36,21 @@ def load_policy_module(model: str, base_model: str | None = None, dtype: str = "
     Example:
         >>> module = load_policy_module("builtin:tiny")  # doctest: +SKIP
     """
-    from lite_ppo.export import is_deepspeed_checkpoint, read_checkpoint
+    from lite_ppo.checkpoint_reader import is_deepspeed_checkpoint, read_checkpoint
+    from lite_ppo.models.loading import load_weights
     from lite_ppo.module import LitePPO
 
     path = Path(os.path.expanduser(model))
     if (path.is_file() and path.suffix == ".ckpt") or is_deepspeed_checkpoint(path):
-        client, state = read_checkpoint(path)
+        client, state = read_checkpoint(path, lazy=True)  # DeepSpeed: one consolidated tensor in memory at a time
         hparams = dict(client.get("hyper_parameters") or {})
         model_path = base_model or hparams.get("model_path")
         if not model_path:
             raise ValueError(f"{path}: the checkpoint records no model_path; pass --base-model")
         module = LitePPO(model_path=model_path, torch_dtype=dtype)
         module.configure_model()
-        missing, unexpected = module.policy.load_state_dict(state, strict=False)
-        # Tied weights (lm_head = embed_tokens) may be saved under one name only.
-        missing = [k for k in missing if not (k == "lm_head.weight" and getattr(module.policy.config, "tie_word_embeddings", False))]
-        if missing or unexpected:
-            raise ValueError(f"{path}: checkpoint weights do not fit {model_path}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        load_weights(module.policy, state, source=f"checkpoint {path}", model_name=model_path)
         module.policy_version = int(client.get("policy_version", 0))
-        module.checkpoint_path = str(path)
         return module
     if path.suffix == ".ckpt" and not path.exists():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
@@ -61,7 +61,7 @@ def load_policy_module(model: str, base_model: str | None = None, dtype: str = "
 
 def evaluate_problems(
     module,
-    rollout,
+    producer: RolloutProducer,
     benchmarks: Sequence[tuple[BenchmarkSpec, list[Problem]]],
     sampling: SamplingConfig,
     batch_size: int = 16,
@@ -74,9 +74,9 @@ def evaluate_problems(
 
     Args:
         module: the ``LitePPO`` module (``policy``, ``tokenizer``, ``model_path``).
-        rollout: a ``lite_ppo.callbacks.Rollout`` (its engine, prompt formatter and reward are used).
+        producer: generates and scores (its engine, prompt formatter and reward).
         benchmarks: ``(spec, problems)`` pairs.
-        batch_size: problems per ``make_rollout`` call.
+        batch_size: problems per :meth:`RolloutProducer.produce` call.
         seed: sampling seed of the first batch (batch i of a benchmark uses ``seed + i``).
 
     Returns:
@@ -89,13 +89,18 @@ def evaluate_problems(
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    metrics = GroupMetrics([s.name for s, _ in benchmarks], num_samples=sampling.n, ks=ks, averaged=[s.name for s, _ in benchmarks if s.in_average])
+    metrics = GroupMetrics(
+        [s.name for s, _ in benchmarks],
+        num_samples=sampling.n,
+        ks=ks,
+        averaged=[s.name for s, _ in benchmarks if s.in_average],
+    )
     metrics.to(module.device)
     records: list[dict[str, Any]] = []
     total = sum(len(p) for _, p in benchmarks)
     # Start the engine now, so its start-up (vLLM: ~10-60 s) is not charged to the first benchmark.
     start = time.perf_counter()
-    rollout.prepare(module)
+    producer.prepare(module)
     timing: dict[str, dict[str, float]] = {"engine_setup": {"wall_time_s": time.perf_counter() - start}}
     bar = tqdm(total=total, unit="problem", desc="evaluate", disable=not progress, dynamic_ncols=True)
     try:
@@ -104,8 +109,8 @@ def evaluate_problems(
             generation_s, tokens, correct, seen = 0.0, 0, 0, 0
             for i in range(0, len(problems), batch_size):
                 chunk = problems[i : i + batch_size]
-                batch, timings = rollout.make_rollout(module, chunk, sampling, seed + i // batch_size)
-                prompts = [rollout.prompt.format(p.problem, module.tokenizer) for p in chunk] if keep_prompts else None
+                batch, timings = producer.produce(module, chunk, sampling, seed + i // batch_size)
+                prompts = [producer.prompt.format(p.problem, module.tokenizer) for p in chunk] if keep_prompts else None
                 new = response_records(spec.name, chunk, batch, prompts)
                 metrics.update_rollout(spec.name, chunk, batch)
                 records.extend(new)
@@ -116,7 +121,12 @@ def evaluate_problems(
                 bar.set_postfix_str(f"{spec.display} acc={correct / max(seen, 1):.3f}")
                 bar.update(len(chunk))
             wall = time.perf_counter() - start
-            timing[spec.name] = {"wall_time_s": wall, "generation_s": generation_s, "response_tokens": float(tokens), "tokens_per_s": tokens / generation_s if generation_s > 0 else 0.0}
+            timing[spec.name] = {
+                "wall_time_s": wall,
+                "generation_s": generation_s,
+                "response_tokens": float(tokens),
+                "tokens_per_s": tokens / generation_s if generation_s > 0 else 0.0,
+            }
     finally:
         bar.close()
     return metrics.compute(), records, timing

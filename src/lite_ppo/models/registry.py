@@ -152,5 +152,8 @@ def resolve_model(name_or_path: str) -> str:
             f"'{BUILTIN_PREFIX}<name>' (there are no model-hub downloads)"
         )
     if not os.path.isfile(os.path.join(path, "config.json")):
-        raise UserError(f"model {path!r} (model.model_path / --model): the folder has no config.json, it is not a Hugging Face model folder")
+        raise UserError(
+            f"model {path!r} (model.model_path / --model): the folder "
+            "has no config.json, it is not a Hugging Face model folder"
+        )
     return path

@@ -42,7 +42,15 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ARITH_CONFIG", "DEFAULT_PRETRAIN", "PretrainConfig", "arith_examples", "build_tiny_arith_model", "pretrain", "worked_answer"]
+__all__ = [
+    "ARITH_CONFIG",
+    "DEFAULT_PRETRAIN",
+    "PretrainConfig",
+    "arith_examples",
+    "build_tiny_arith_model",
+    "pretrain",
+    "worked_answer",
+]
 
 
 @dataclass(frozen=True)
@@ -177,7 +185,9 @@ def pretrain(model: torch.nn.Module, tokenizer, config: PretrainConfig = DEFAULT
         cursor += config.batch_size
         mask = attention_mask[rows]
         width = int(mask.sum(-1).max())  # trim the batch's common padding
-        loss = model(input_ids=input_ids[rows, :width], attention_mask=mask[:, :width], labels=labels[rows, :width]).loss
+        loss = model(
+            input_ids=input_ids[rows, :width], attention_mask=mask[:, :width], labels=labels[rows, :width]
+        ).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -210,7 +220,9 @@ def build_tiny_arith_model(path: str | os.PathLike[str], config: PretrainConfig 
     tokenizer = build_tiny_tokenizer()
     with _deterministic_cpu():
         torch.manual_seed(config.seed)
-        model = AutoModelForCausalLM.from_config(tiny_config(len(tokenizer), "llama", **ARITH_CONFIG), dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(
+            tiny_config(len(tokenizer), "llama", **ARITH_CONFIG), dtype=torch.float32
+        )
         pretrain(model, tokenizer, config)
     model.generation_config = GenerationConfig(bos_token_id=IM_START_ID, eos_token_id=IM_END_ID, pad_token_id=IM_END_ID)
     os.makedirs(path, exist_ok=True)

@@ -5,11 +5,32 @@ Nothing here imports the rest of the project; every function is a plain function
 
 from lite_ppo.ops.advantages import SCOPES, group_statistics, normalized_advantages, weighted_mean_std
 from lite_ppo.ops.aggregation import aggregate_loss, aggregation_denominator
+from lite_ppo.ops.chunked_logprobs import chunked_logprobs_and_entropy, masked_chunked_logprobs_and_entropy
 from lite_ppo.ops.logprobs import entropy_from_logits, logprobs_from_logits
+from lite_ppo.ops.micro_batches import (
+    padded_cost,
+    padding_efficiency,
+    real_token_span,
+    split_to_count,
+    token_budget_micro_batches,
+)
+from lite_ppo.ops.packing import PackedGroups, group_rows, pack_shared_prompts, packed_attention_mask, packed_lengths
 from lite_ppo.ops.policy_loss import clip_fractions, clipped_surrogate
 from lite_ppo.ops.stats import masked_mean, masked_std, masked_sum
 
 __all__ = [
+    "PackedGroups",
+    "chunked_logprobs_and_entropy",
+    "masked_chunked_logprobs_and_entropy",
+    "group_rows",
+    "pack_shared_prompts",
+    "packed_attention_mask",
+    "packed_lengths",
+    "padded_cost",
+    "padding_efficiency",
+    "real_token_span",
+    "split_to_count",
+    "token_budget_micro_batches",
     "SCOPES",
     "aggregate_loss",
     "aggregation_denominator",

@@ -100,7 +100,9 @@ def bound_excluded_advantages(
     if group_ids is not None:
         _, inverse = torch.unique(group_ids, return_inverse=True)
         n = int(inverse.max().item()) + 1 if inverse.numel() else 0
-        bound = torch.zeros(n, dtype=advantages.dtype, device=advantages.device).scatter_reduce_(0, inverse, magnitude, reduce="amax")[inverse]
+        bound = torch.zeros(n, dtype=advantages.dtype, device=advantages.device).scatter_reduce_(
+            0, inverse, magnitude, reduce="amax"
+        )[inverse]
     elif batch_bound is None:
         bound = magnitude.max() if magnitude.numel() else magnitude.new_zeros(())
     else:
@@ -155,7 +157,9 @@ def normalized_advantages(
     if uses_group:
         g_mean, g_std = group_statistics(r, group_ids, w)
         _, inverse = torch.unique(group_ids, return_inverse=True)
-        group_weight = torch.zeros(int(inverse.max().item()) + 1 if inverse.numel() else 0, dtype=w.dtype, device=w.device)
+        group_weight = torch.zeros(
+            int(inverse.max().item()) + 1 if inverse.numel() else 0, dtype=w.dtype, device=w.device
+        )
         empty_group = group_weight.index_add_(0, inverse, w)[inverse] == 0
     if "batch" in (mean_scope, std_scope):
         if batch_stats is None:

@@ -31,7 +31,9 @@ def aggregation_denominator(mask: torch.Tensor, mode: str) -> torch.Tensor:
     raise ValueError(f"unknown aggregation mode {mode!r}")
 
 
-def aggregate_loss(loss: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean", denominator: torch.Tensor | float | None = None) -> torch.Tensor:
+def aggregate_loss(
+    loss: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean", denominator: torch.Tensor | float | None = None
+) -> torch.Tensor:
     """Aggregate per-token ``loss`` [B, T] over the valid tokens of ``mask`` [B, T].
 
     Args:

@@ -37,7 +37,9 @@ from lite_ppo.ops.kl import kl_estimate
 MAX_LOG_RATIO = 20.0
 
 
-def _log_ratio(trainer_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _log_ratio(
+    trainer_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(d, bool mask) with d set to 0 outside the mask (padding may hold anything, even -inf)."""
     if trainer_logprobs.shape != engine_logprobs.shape or trainer_logprobs.shape != mask.shape:
         raise ValueError(
@@ -45,11 +47,17 @@ def _log_ratio(trainer_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, ma
             f"{tuple(engine_logprobs.shape)}, mask {tuple(mask.shape)}"
         )
     valid = mask.bool()
-    d = torch.where(valid, trainer_logprobs.detach().double() - engine_logprobs.detach().double(), torch.zeros((), dtype=torch.float64, device=mask.device))
+    d = torch.where(
+        valid,
+        trainer_logprobs.detach().double() - engine_logprobs.detach().double(),
+        torch.zeros((), dtype=torch.float64, device=mask.device),
+    )
     return d, valid
 
 
-def drift_sums(trainer_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+def drift_sums(
+    trainer_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
     """Sums over the masked tokens, to be added over micro-batches or ranks before dividing.
 
     Returns float64 scalars: ``tokens`` (count), ``abs_diff`` (sum |d|), ``diff`` (sum d),
@@ -80,7 +88,9 @@ def drift_statistics(sums: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     }
 
 
-def logprob_drift(trainer_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+def logprob_drift(
+    trainer_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
     """Drift statistics of one batch: :func:`drift_statistics` of :func:`drift_sums`.
 
     Example:
@@ -107,7 +117,9 @@ def truncated_importance_weights(
         exceeded ``cap``). Where the two log-probs are equal the weight is exactly 1.
 
     Example:
-        >>> w, c = truncated_importance_weights(torch.tensor([[0.0, 0.0]]), torch.tensor([[0.0, -3.0]]), torch.ones(1, 2))
+        >>> w, c = truncated_importance_weights(
+        ...     torch.tensor([[0.0, 0.0]]), torch.tensor([[0.0, -3.0]]), torch.ones(1, 2)
+        ... )
         >>> w.tolist(), c.tolist()
         ([[1.0, 2.0]], [[False, True]])
     """

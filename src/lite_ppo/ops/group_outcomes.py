@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def group_outcome_shares(rewards: torch.Tensor, group_ids: torch.Tensor, correct_threshold: float = 0.5) -> dict[str, torch.Tensor]:
+def group_outcome_shares(
+    rewards: torch.Tensor, group_ids: torch.Tensor, correct_threshold: float = 0.5
+) -> dict[str, torch.Tensor]:
     """Share of groups whose responses are all correct, all wrong, or mixed.
 
     Args:

@@ -18,7 +18,9 @@ import torch
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
-def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k3", clamp: float | None = 10.0) -> torch.Tensor:
+def kl_estimate(
+    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k3", clamp: float | None = 10.0
+) -> torch.Tensor:
     """Per-token KL estimate between the policy and the reference.
 
     Args:

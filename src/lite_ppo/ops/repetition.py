@@ -52,7 +52,9 @@ def repeated_ngram_share(tokens: Sequence[int], n: int = 4, window: int | None =
     return repeats / positions
 
 
-def repetition_shares(response_ids: torch.Tensor, lengths: torch.Tensor, n: int = 4, window: int | None = 256) -> torch.Tensor:
+def repetition_shares(
+    response_ids: torch.Tensor, lengths: torch.Tensor, n: int = 4, window: int | None = 256
+) -> torch.Tensor:
     """:func:`repeated_ngram_share` of every row of a right-padded [B, R] id tensor: [B] float32.
 
     Args:

@@ -29,6 +29,7 @@ from pathlib import Path
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
+from typing_extensions import override
 
 from lite_ppo.errors import UserError
 from lite_ppo.reliability.checkpoint_io import VerifiedCheckpointIO
@@ -47,6 +48,7 @@ class CheckpointIntegrity(Callback):
         self.verify_on_load = verify_on_load
         self.check_writable = check_writable
 
+    @override
     def setup(self, trainer, pl_module, stage: str) -> None:
         strategy = trainer.strategy
         if type(strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's default, not a user's plugin
@@ -91,4 +93,7 @@ def ensure_writable(folder: str | os.PathLike) -> None:
             os.unlink(probe)
     except OSError as err:
         reason = err.strerror or type(err).__name__
-        raise UserError(f"checkpoint folder {folder} is not writable ({reason}); choose another with the ModelCheckpoint dirpath or trainer.default_root_dir") from err
+        raise UserError(
+            f"checkpoint folder {folder} is not writable ({reason}); choose another with the ModelCheckpoint dirpath "
+            "or trainer.default_root_dir"
+        ) from err

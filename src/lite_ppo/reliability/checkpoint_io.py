@@ -34,8 +34,9 @@ import os
 import re
 import warnings
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
@@ -85,7 +86,11 @@ def checkpoint_problem(path: str | os.PathLike, check_sum: bool = True) -> str |
         if sidecar.is_file():
             recorded = sidecar.read_text().split()[:1]
             if recorded and recorded[0] != file_sha256(path):
-                what = "is corrupt (bytes changed after it was written" if _zip_problem(path) is None else f"is truncated or damaged ({size} bytes"
+                what = (
+                    "is corrupt (bytes changed after it was written"
+                    if _zip_problem(path) is None
+                    else f"is truncated or damaged ({size} bytes"
+                )
                 return f"{what}; its SHA-256 differs from the one recorded in {sidecar.name})"
     problem = _zip_problem(path)
     return None if problem is None else f"{problem} ({size} bytes)"
@@ -121,7 +126,11 @@ def previous_good_checkpoint(bad: str | os.PathLike) -> Path | None:
 
 def corrupt_checkpoint_message(path: str | os.PathLike, problem: str) -> str:
     good = previous_good_checkpoint(path)
-    hint = f"the newest good checkpoint beside it is {good}: resume with --ckpt_path {good}" if good else f"no other good checkpoint in {Path(path).parent}"
+    hint = (
+        f"the newest good checkpoint beside it is {good}: resume with --ckpt_path {good}"
+        if good
+        else f"no other good checkpoint in {Path(path).parent}"
+    )
     return f"checkpoint {path} {problem}; {hint}"
 
 
@@ -214,7 +223,10 @@ class VerifiedCheckpointIO(TorchCheckpointIO):
             # torch.save re-raises a failed write (disk full, EACCES) as a RuntimeError; name the cause.
             cause = _os_error_in(err)
             reason = (cause.strerror or str(cause)) if cause is not None else f"{type(err).__name__}: {err}"
-            raise CheckpointSaveError(f"checkpoint {path} could not be written: {reason}; the previous checkpoints in {path.parent} are untouched") from err
+            raise CheckpointSaveError(
+                f"checkpoint {path} could not be written: {reason}; the "
+                f"previous checkpoints in {path.parent} are untouched"
+            ) from err
         problem = checkpoint_problem(path, check_sum=False) or self._header_problem(path)
         if problem:
             raise CheckpointSaveError(f"checkpoint {path} {problem} right after saving it (the file system lost data?)")
@@ -230,14 +242,19 @@ class VerifiedCheckpointIO(TorchCheckpointIO):
             return f"does not hold a checkpoint dict (got {type(header).__name__})"
         return None
 
-    def load_checkpoint(self, path, map_location: Callable | None = lambda storage, loc: storage, weights_only: bool | None = None) -> dict[str, Any]:
+    def load_checkpoint(
+        self, path, map_location: Callable | None = lambda storage, loc: storage, weights_only: bool | None = None
+    ) -> dict[str, Any]:
         if self.verify_on_load and _is_local(path):
             local = Path(str(path).removeprefix("file://"))
             problem = checkpoint_problem(local)
             if problem:
                 raise CheckpointCorruptError(corrupt_checkpoint_message(path, problem))
             if not checksum_path(local).is_file():
-                warnings.warn(f"checkpoint {path} has no recorded checksum ({checksum_path(local).name}); loading it unchecked", stacklevel=2)
+                warnings.warn(
+                    f"checkpoint {path} has no recorded checksum ({checksum_path(local).name}); loading it unchecked",
+                    stacklevel=2,
+                )
         return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
 
     def remove_checkpoint(self, path) -> None:

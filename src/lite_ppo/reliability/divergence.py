@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from lightning.fabric.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch import Callback
+from typing_extensions import override
 
 from lite_ppo.errors import UserError
 from lite_ppo.metric_names import APPROX_KL, ENTROPY, SKIPPED_STEPS
@@ -79,7 +80,12 @@ class DivergenceGuard(Callback):
         self.enabled = enabled
         self.max_consecutive_skips = max_consecutive_skips
         self.check_weights_before_save = check_weights_before_save
-        self.alarms = {"approx_kl_max": alarm_approx_kl, "ratio_max": alarm_ratio_max, "ratio_min": alarm_ratio_min, "entropy_min": alarm_entropy_min}
+        self.alarms = {
+            "approx_kl_max": alarm_approx_kl,
+            "ratio_max": alarm_ratio_max,
+            "ratio_min": alarm_ratio_min,
+            "entropy_min": alarm_entropy_min,
+        }
         self.skipped_steps = 0
         self.consecutive = 0
         self._loss: torch.Tensor | None = None
@@ -95,9 +101,15 @@ class DivergenceGuard(Callback):
         loss, self._loss = self._loss, None
         if not self.enabled:
             return False
-        local_bad = (loss is not None and not torch.isfinite(loss).item()) or (grad_norm is not None and not torch.isfinite(grad_norm).all().item())
+        local_bad = (loss is not None and not torch.isfinite(loss).item()) or (
+            grad_norm is not None and not torch.isfinite(grad_norm).all().item()
+        )
         # One verdict for all ranks (DDP gradients are equal after the all-reduce; a loss may not be).
-        bad = trainer.strategy.reduce_boolean_decision(bool(local_bad), all=False) if trainer.world_size > 1 else local_bad
+        bad = (
+            trainer.strategy.reduce_boolean_decision(bool(local_bad), all=False)
+            if trainer.world_size > 1
+            else local_bad
+        )
         if not bad:
             self.consecutive = 0
             return False
@@ -106,18 +118,26 @@ class DivergenceGuard(Callback):
         values = f"loss {_fmt(loss)}, grad norm {_fmt(grad_norm)}"
         if self.consecutive >= self.max_consecutive_skips:
             raise TrainingDiverged(
-                f"divergence guard: {self.consecutive} optimizer steps in a row had a non-finite loss or gradient norm "
-                f"(last at optimizer step {trainer.global_step}: {values}); stopping. Lower model.lr or set model.max_grad_norm "
-                f"and resume from the last checkpoint (divergence_guard.max_consecutive_skips={self.max_consecutive_skips})"
+                f"divergence guard: {self.consecutive} optimizer steps in a row had a non-finite "
+                f"loss or gradient norm (last at optimizer step {trainer.global_step}: {values}); "
+                "stopping. Lower model.lr or set model.max_grad_norm and resume from the last "
+                f"checkpoint (divergence_guard.max_consecutive_skips={self.max_consecutive_skips})"
             )
         if _deepspeed(trainer):
-            rank_zero_warn(f"divergence guard: optimizer step {trainer.global_step} has a non-finite {values}; under DeepSpeed the engine applies or skips it (fp16 loss scaling skips it)")
+            rank_zero_warn(
+                f"divergence guard: optimizer step {trainer.global_step} has a non-finite {values}; under DeepSpeed "
+                "the engine applies or skips it (fp16 loss scaling skips it)"
+            )
             return False
-        rank_zero_warn(f"divergence guard: optimizer step {trainer.global_step} skipped ({values}); {self.consecutive} in a row, {self.skipped_steps} in this run")
+        rank_zero_warn(
+            f"divergence guard: optimizer step {trainer.global_step} skipped ({values}); {self.consecutive} in a row, "
+            f"{self.skipped_steps} in this run"
+        )
         optimizer.zero_grad(set_to_none=True)  # step() on no gradient: AdamW leaves weights and state alone
         return True
 
     # -- Lightning hooks -----------------------------------------------------------------------------------
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs: Any, batch: Any, batch_idx: int) -> None:
         if not self.enabled:
             return
@@ -127,7 +147,12 @@ class DivergenceGuard(Callback):
     def _alarms(self, trainer) -> None:
         metrics = trainer.callback_metrics
         checks = [
-            ("approx_kl_max", APPROX_KL, lambda v, t: v > t, "approx KL {v:.4g} > {t}: the policy moved far from the rollout policy"),
+            (
+                "approx_kl_max",
+                APPROX_KL,
+                lambda v, t: v > t,
+                "approx KL {v:.4g} > {t}: the policy moved far from the rollout policy",
+            ),
             ("ratio_max", "policy/ratio_max", lambda v, t: v > t, "largest importance ratio {v:.4g} > {t}"),
             ("ratio_min", "policy/ratio_min", lambda v, t: v < t, "smallest importance ratio {v:.4g} < {t}"),
             ("entropy_min", ENTROPY, lambda v, t: v < t, "entropy {v:.4g} < {t}: the policy is collapsing"),
@@ -138,20 +163,39 @@ class DivergenceGuard(Callback):
                 continue
             value = float(metrics[tag])
             if crossed(value, threshold) or math.isnan(value):
-                rank_zero_warn(f"divergence alarm at optimizer step {trainer.global_step}: " + text.format(v=value, t=threshold))
+                rank_zero_warn(
+                    f"divergence alarm at optimizer step {trainer.global_step}: " + text.format(v=value, t=threshold)
+                )
 
+    @override
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
         if not (self.enabled and self.check_weights_before_save):
             return
-        bad = next((name for name, p in pl_module.named_parameters() if not torch.isfinite(getattr(p, "ds_tensor", p).detach()).all()), None)
-        any_bad = trainer.strategy.reduce_boolean_decision(bad is not None, all=False) if trainer.world_size > 1 else bad is not None
+        bad = next(
+            (
+                name
+                for name, p in pl_module.named_parameters()
+                if not torch.isfinite(getattr(p, "ds_tensor", p).detach()).all()
+            ),
+            None,
+        )
+        any_bad = (
+            trainer.strategy.reduce_boolean_decision(bad is not None, all=False)
+            if trainer.world_size > 1
+            else bad is not None
+        )
         if any_bad:
             where = f"parameter {bad}" if bad else "a parameter on another rank"
-            raise TrainingDiverged(f"divergence guard: {where} is not finite at optimizer step {trainer.global_step}; not saving the checkpoint (the previous ones are untouched)")
+            raise TrainingDiverged(
+                f"divergence guard: {where} is not finite at optimizer step {trainer.global_step}; not saving the "
+                "checkpoint (the previous ones are untouched)"
+            )
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"skipped_steps": self.skipped_steps, "consecutive": self.consecutive}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.skipped_steps = int(state_dict.get("skipped_steps", 0))
         self.consecutive = int(state_dict.get("consecutive", 0))

@@ -38,6 +38,7 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from typing_extensions import override
 
 from lite_ppo.errors import UserError
 
@@ -55,7 +56,10 @@ class Preemption(Callback):
         names = ["SIGTERM", "SIGUSR1", "SIGINT"] if signals is None else list(signals)
         unknown = [n for n in names if not isinstance(getattr(signal, str(n), None), signal.Signals)]
         if unknown:
-            raise UserError(f"preemption.signals: unknown signal name(s) {unknown}; use names like SIGTERM, SIGUSR1, SIGUSR2, SIGINT")
+            raise UserError(
+                f"preemption.signals: unknown signal name(s) {unknown}; "
+                "use names like SIGTERM, SIGUSR1, SIGUSR2, SIGINT"
+            )
         self.signals = [getattr(signal, n) for n in names]
         self.save_checkpoint = save_checkpoint
         self.received: signal.Signals | None = None
@@ -63,6 +67,7 @@ class Preemption(Callback):
         self._trainer = None
 
     # -- signals -------------------------------------------------------------------------------------
+    @override
     def on_train_start(self, trainer, pl_module) -> None:
         # Lightning registers its handlers right before the fit loop runs and restores the previous
         # ones at teardown; ours go on top (and are undone with them).
@@ -85,7 +90,12 @@ class Preemption(Callback):
                     signal.signal(signal.SIGINT, signal.default_int_handler)
                     raise KeyboardInterrupt
                 if self._trainer.is_global_zero:
-                    print("lite-ppo: Ctrl-C: finishing the current step, then saving a checkpoint (Ctrl-C again stops at once without saving)", file=sys.stderr, flush=True)
+                    print(
+                        "lite-ppo: Ctrl-C: finishing the current step, then saving "
+                        "a checkpoint (Ctrl-C again stops at once without saving)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             if signum == signal.SIGTERM and callable(previous):
                 previous(received, frame)  # Lightning's SIGTERM handler (and whatever it chained)
             else:
@@ -103,6 +113,7 @@ class Preemption(Callback):
         return None
 
     # -- the stop ------------------------------------------------------------------------------------
+    @override
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if not isinstance(exception, SIGTERMException):
             return
@@ -122,7 +133,13 @@ class Preemption(Callback):
                 where = f"checkpoint {self.checkpoint_path}; resume with --ckpt_path {self.checkpoint_path}"
             else:
                 where = "no checkpoint saved"
-            print(f"lite-ppo: stopped by {signum.name} after training step {trainer.fit_loop.epoch_loop.batch_progress.total.completed} (optimizer step {trainer.global_step}); {where}", file=sys.stderr, flush=True)
+            print(
+                f"lite-ppo: stopped by {signum.name} after training step "
+                f"{trainer.fit_loop.epoch_loop.batch_progress.total.completed} "
+                f"(optimizer step {trainer.global_step}); {where}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def save_last_checkpoint(trainer) -> str:
@@ -131,7 +148,12 @@ def save_last_checkpoint(trainer) -> str:
     ``<default_root_dir>/checkpoints/last.ckpt``."""
     callback = next((c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)), None)
     if callback is not None and callback.dirpath is not None:
-        if callback.save_last and callback.last_model_path and callback._last_global_step_saved == trainer.global_step and Path(callback.last_model_path).exists():
+        if (
+            callback.save_last
+            and callback.last_model_path
+            and callback._last_global_step_saved == trainer.global_step
+            and Path(callback.last_model_path).exists()
+        ):
             return callback.last_model_path
         if callback.save_last:
             callback._save_last_checkpoint(trainer, callback._monitor_candidates(trainer))

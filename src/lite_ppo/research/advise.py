@@ -58,12 +58,25 @@ def _relative(path: Path) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lite-ppo advise", description=__doc__.split("\n\n")[0].replace("``", ""), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lite-ppo advise",
+        description=__doc__.split("\n\n")[0].replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("run", metavar="RUN", help="a run directory (runs/<recipe>/<model>/seed<S>)")
-    parser.add_argument("--model-kind", choices=("base", "aligned"), default=None, help="override the base/aligned reading of the run's config")
+    parser.add_argument(
+        "--model-kind",
+        choices=("base", "aligned"),
+        default=None,
+        help="override the base/aligned reading of the run's config",
+    )
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
-    parser.add_argument("--latest", action="store_true", help="RUN may match several runs: advise on the most recently started")
-    parser.add_argument("--paths", action="store_true", help="first print where the run's TensorBoard logs are and the compare command")
+    parser.add_argument(
+        "--latest", action="store_true", help="RUN may match several runs: advise on the most recently started"
+    )
+    parser.add_argument(
+        "--paths", action="store_true", help="first print where the run's TensorBoard logs are and the compare command"
+    )
     args = parser.parse_args(argv)
     try:
         text, findings, path = advise_run(args.run, args.model_kind, args.latest)
@@ -74,7 +87,10 @@ def main(argv: list[str]) -> int:
         path = _relative(path)
         print(f"TensorBoard logs: {path}   (view: tensorboard --logdir {path.parent})")
         print(f"Compare seeds:    lite-ppo compare '{path.parent}/seed*' --out {path.parent}/compare")
-        print(f"Compare recipes:  lite-ppo compare '{path.parent.parent.parent}/*/{path.parent.name}/seed*' --out {path.parent.parent.parent}/compare")
+        print(
+            f"Compare recipes:  lite-ppo compare '{path.parent.parent.parent}/*/{path.parent.name}/seed*' --out "
+            f"{path.parent.parent.parent}/compare"
+        )
     if args.json:
         print(json.dumps({"run": str(path), "findings": findings}, indent=2))
     else:

@@ -53,10 +53,20 @@ def compare(patterns: list[str], out_dir: Path, band: str = "minmax", jobs: int 
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lite-ppo compare", description=__doc__.split("\n\n")[0].replace("``", ""), formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", metavar="RUN_OR_GLOB", help="run directories, folders of runs, or glob patterns (quote them)")
-    parser.add_argument("--out", required=True, type=Path, help="folder for the PNG figures, summary.md and summary.json")
-    parser.add_argument("--band", choices=("minmax", "std"), default="minmax", help="spread drawn around the mean over seeds")
+    parser = argparse.ArgumentParser(
+        prog="lite-ppo compare",
+        description=__doc__.split("\n\n")[0].replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "runs", nargs="+", metavar="RUN_OR_GLOB", help="run directories, folders of runs, or glob patterns (quote them)"
+    )
+    parser.add_argument(
+        "--out", required=True, type=Path, help="folder for the PNG figures, summary.md and summary.json"
+    )
+    parser.add_argument(
+        "--band", choices=("minmax", "std"), default="minmax", help="spread drawn around the mean over seeds"
+    )
     parser.add_argument("--jobs", type=int, default=None, help="runs read in parallel (default: CPUs, at most 8)")
     args = parser.parse_args(argv)
     try:
@@ -65,7 +75,10 @@ def main(argv: list[str]) -> int:
         print(f"lite-ppo compare: error: {err}", file=sys.stderr)
         return 2
     n_runs = sum(len(g["runs"]) for g in summary["groups"])
-    print(f"compared {n_runs} runs in {len(summary['groups'])} groups: " + ", ".join(g["label"] for g in summary["groups"]))
+    print(
+        f"compared {n_runs} runs in {len(summary['groups'])} groups: "
+        + ", ".join(g["label"] for g in summary["groups"])
+    )
     for group in summary["groups"]:
         seeds = [s for s in group["seeds"] if s is not None]
         if len(seeds) != len(set(seeds)):

@@ -28,7 +28,7 @@ __all__ = ["ModelKind", "RunContext", "classify_model", "context_from_config"]
 ModelKind = Literal["base", "aligned", "unknown"]
 _ALIGNED_WORDS = re.compile(r"(instruct|chat|(^|[-_])it($|[-_])|sft|rlhf|aligned)", re.IGNORECASE)
 _BASE_WORDS = re.compile(r"(^|[-_/])base($|[-_/])", re.IGNORECASE)
-# The module's own defaults when no technique changes them (lite_ppo.hooks.PolicyLossConfig, LitePPO.clip_eps).
+# The module's own defaults when no technique changes them (lite_ppo.technique.PolicyLossConfig, LitePPO.clip_eps).
 _DEFAULT_AGGREGATION = "token-mean"
 _DEFAULT_CLIP = 0.2
 
@@ -51,7 +51,9 @@ class RunContext:
         return technique in self.techniques
 
 
-def classify_model(model_path: str | None, prompt_style: str | None, explicit: str | None = None) -> tuple[ModelKind, str]:
+def classify_model(
+    model_path: str | None, prompt_style: str | None, explicit: str | None = None
+) -> tuple[ModelKind, str]:
     """(kind, reason) by the order in the module docstring."""
     if explicit in ("base", "aligned"):
         return explicit, "given explicitly"  # type: ignore[return-value]

@@ -64,13 +64,19 @@ def aggregate(series: list[Series], band: Band = "minmax") -> tuple[np.ndarray, 
     return steps, mean, filled_low, filled_high
 
 
-def _draw(ax, quantity: Quantity, groups: list[RunGroup], tables: dict[Path, ScalarTable], colours: dict[str, str], band: Band) -> bool:
+def _draw(
+    ax, quantity: Quantity, groups: list[RunGroup], tables: dict[Path, ScalarTable], colours: dict[str, str], band: Band
+) -> bool:
     """Draw one panel; False when no group logged the quantity."""
     drawn = False
     styles: dict[str, int] = {}
     scale = 100.0 if quantity.share else 1.0
     for group in groups:
-        series = [t.finite() for t in (tables[r.path].get(quantity.tag) for r in group.runs) if t is not None and len(t.finite())]
+        series = [
+            t.finite()
+            for t in (tables[r.path].get(quantity.tag) for r in group.runs)
+            if t is not None and len(t.finite())
+        ]
         style = _LINESTYLES[styles.setdefault(group.recipe, 0) % len(_LINESTYLES)]
         styles[group.recipe] += 1
         if not series:
@@ -79,7 +85,15 @@ def _draw(ax, quantity: Quantity, groups: list[RunGroup], tables: dict[Path, Sca
         colour = colours[group.recipe]
         label = f"{group.label} (n={len(series)})"
         if steps.size == 1:
-            ax.errorbar(steps, mean * scale, yerr=[[(mean - low)[0] * scale], [(high - mean)[0] * scale]], fmt="o", color=colour, label=label, capsize=3)
+            ax.errorbar(
+                steps,
+                mean * scale,
+                yerr=[[(mean - low)[0] * scale], [(high - mean)[0] * scale]],
+                fmt="o",
+                color=colour,
+                label=label,
+                capsize=3,
+            )
         else:
             ax.plot(steps, mean * scale, color=colour, linestyle=style, linewidth=1.6, label=label)
             if len(series) > 1:
@@ -107,7 +121,11 @@ def plot_comparison(
     return the written paths (overview first)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     colours = recipe_colours(groups)
-    present = [q for q in quantities if any(q.tag in tables[r.path] and len(tables[r.path][q.tag].finite()) for g in groups for r in g.runs)]
+    present = [
+        q
+        for q in quantities
+        if any(q.tag in tables[r.path] and len(tables[r.path][q.tag].finite()) for g in groups for r in g.runs)
+    ]
     written: list[Path] = []
     if not present:
         return written

@@ -7,8 +7,9 @@ point that already finished. Points with config or override variants write under
 
 Example:
     >>> points = expand_grid(["configs/recipes/lite_ppo.yaml"], [0, 1], grid_overrides=["model.lr=1e-5,1e-6"])
-    >>> [p.label for p in points]
-    ['lite_ppo_model.lr=1e-5_seed0', 'lite_ppo_model.lr=1e-5_seed1', 'lite_ppo_model.lr=1e-6_seed0', 'lite_ppo_model.lr=1e-6_seed1']
+    >>> [p.label for p in points]  # doctest: +NORMALIZE_WHITESPACE
+    ['lite_ppo_model.lr=1e-5_seed0', 'lite_ppo_model.lr=1e-5_seed1',
+     'lite_ppo_model.lr=1e-6_seed0', 'lite_ppo_model.lr=1e-6_seed1']
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ class GridPoint:
 
     @property
     def sweep_key(self) -> str:
-        content = json.dumps({"recipe": self.recipe, "configs": self.configs, "overrides": self.overrides, "seed": self.seed}, sort_keys=True)
+        content = json.dumps(
+            {"recipe": self.recipe, "configs": self.configs, "overrides": self.overrides, "seed": self.seed},
+            sort_keys=True,
+        )
         return hashlib.sha1(content.encode()).hexdigest()[:16]
 
     @property
@@ -53,7 +57,8 @@ class GridPoint:
         return out / self.variant if self.variant else out
 
     def fit_args(self, out: Path) -> list[str]:
-        """The arguments after ``lite-ppo`` for this point (``fit --config ... --seed_everything=S --data.seed=S --rollout.seed=S ...``)."""
+        """The arguments after ``lite-ppo`` for this point
+        (``fit --config ... --seed_everything=S --data.seed=S --rollout.seed=S ...``)."""
         args = ["fit", "--config", self.recipe]
         for config in self.configs:
             args += ["--config", config]

@@ -55,6 +55,7 @@ KEY_QUANTITIES: tuple[Quantity, ...] = (
     Quantity(m.GROUPS_MIXED, "Mixed groups", "of prompts", share=True, better="higher"),
 )
 
+
 def _per_name(tags: Iterable[str], prefix: str, tag_of, title: str) -> list[Quantity]:
     """One accuracy quantity per ``tag_of(name)`` tag present in ``tags`` (``prefix<name>/accuracy``)."""
     suffix = tag_of("")[len(prefix) :]  # what follows the name
@@ -72,7 +73,10 @@ def eval_quantities(tags: Iterable[str]) -> list[Quantity]:
     """One quantity per benchmark accuracy and per held-out training tier accuracy found among
     ``tags`` (the benchmark average is a key quantity of its own)."""
     tags = list(tags)
-    return [*_per_name(tags, m.EVAL_PREFIX, m.eval_accuracy, "Benchmark accuracy"), *_per_name(tags, m.VAL_PREFIX, m.val_accuracy, "Held-out accuracy")]
+    return [
+        *_per_name(tags, m.EVAL_PREFIX, m.eval_accuracy, "Benchmark accuracy"),
+        *_per_name(tags, m.VAL_PREFIX, m.val_accuracy, "Held-out accuracy"),
+    ]
 
 
 def quantities_for(tags: Iterable[str]) -> list[Quantity]:

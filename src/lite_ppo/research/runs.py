@@ -153,7 +153,13 @@ def group_runs(runs: list[Run]) -> list[RunGroup]:
     for members in by_key.values():
         first = members[0]
         base = f"{first.recipe}/{first.model}" if first.model else first.recipe
-        groups.append(RunGroup(label=base, recipe=first.recipe, runs=sorted(members, key=lambda r: (r.seed is None, r.seed or 0, str(r.path)))))
+        groups.append(
+            RunGroup(
+                label=base,
+                recipe=first.recipe,
+                runs=sorted(members, key=lambda r: (r.seed is None, r.seed or 0, str(r.path))),
+            )
+        )
     _disambiguate(groups)
     return sorted(groups, key=lambda g: g.label)
 
@@ -171,7 +177,11 @@ def _disambiguate(groups: list[RunGroup]) -> None:
         differing = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flats}) > 1]
         for group, flat in zip(same, flats):
             parts = [f"{k}={flat.get(k)}" for k in differing[:3]]
-            group.label += " (" + ", ".join(parts) + (", ..." if len(differing) > 3 else "") + ")" if parts else f" ({group.runs[0].path.name})"
+            group.label += (
+                " (" + ", ".join(parts) + (", ..." if len(differing) > 3 else "") + ")"
+                if parts
+                else f" ({group.runs[0].path.name})"
+            )
 
 
 def _strip(node: Any) -> Any:

@@ -20,8 +20,16 @@ __all__ = ["ARRAY_SCRIPT", "emit_slurm"]
 ARRAY_SCRIPT = "sweep.sbatch"
 
 
-def emit_slurm(points: list[GridPoint], out_dir: Path, runs_root: Path, sbatch_options: list[str] | None = None, python: str | None = None, workdir: Path | None = None) -> list[Path]:
-    """Write ``NNN_<label>.sh`` per point and ``sweep.sbatch`` (an array over them); return all paths, array script last."""
+def emit_slurm(
+    points: list[GridPoint],
+    out_dir: Path,
+    runs_root: Path,
+    sbatch_options: list[str] | None = None,
+    python: str | None = None,
+    workdir: Path | None = None,
+) -> list[Path]:
+    """Write ``NNN_<label>.sh`` per point and ``sweep.sbatch`` (an array over them); return all paths,
+    array script last."""
     out_dir.mkdir(parents=True, exist_ok=True)
     workdir = (workdir or Path.cwd()).resolve()
     scripts = []

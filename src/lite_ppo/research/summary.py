@@ -64,7 +64,9 @@ def summarize(groups: list[RunGroup], tables: dict[Path, ScalarTable], quantitie
             "quantities": {},
         }
         for quantity in quantities:
-            series = [s for s in (tables[r.path].get(quantity.tag) for r in group.runs) if s is not None and len(s.finite())]
+            series = [
+                s for s in (tables[r.path].get(quantity.tag) for r in group.runs) if s is not None and len(s.finite())
+            ]
             if not series:
                 continue  # not logged by this group (e.g. no clip-higher curve): no row
             series = [s.finite() for s in series]
@@ -84,7 +86,10 @@ def summarize(groups: list[RunGroup], tables: dict[Path, ScalarTable], quantitie
             milestones[f"reward_{round(fraction * 100)}"] = mean_std([float(s) for s in steps if s is not None])
         entry["milestones"] = milestones
         out_groups.append(entry)
-    return {"groups": out_groups, "quantities": {q.tag: {"title": q.title, "unit": q.unit, "share": q.share} for q in quantities}}
+    return {
+        "groups": out_groups,
+        "quantities": {q.tag: {"title": q.title, "unit": q.unit, "share": q.share} for q in quantities},
+    }
 
 
 def _fmt(stat: dict[str, Any]) -> str:
@@ -110,8 +115,14 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         lines += ["", f"## {meta['title']} (`{tag}`, {'share' if meta['share'] else meta['unit']})", ""]
         lines += ["| group | final | best | best is | last step |", "|---|---|---|---|---|"]
         for label, q in rows:
-            lines.append(f"| {label} | {_fmt(q['final'])} | {_fmt(q['best'])} | {q['best_rule']} | {_fmt(q['final_step'])} |")
-    lines += ["", f"## Steps until training accuracy (`{REWARD_ACCURACY}`) first reached 50 % / 90 % of its final value", ""]
+            lines.append(
+                f"| {label} | {_fmt(q['final'])} | {_fmt(q['best'])} | {q['best_rule']} | {_fmt(q['final_step'])} |"
+            )
+    lines += [
+        "",
+        f"## Steps until training accuracy (`{REWARD_ACCURACY}`) first reached 50 % / 90 % of its final value",
+        "",
+    ]
     lines += ["| group | 50 % | 90 % |", "|---|---|---|"]
     for g in summary["groups"]:
         lines.append(f"| {g['label']} | {_fmt(g['milestones']['reward_50'])} | {_fmt(g['milestones']['reward_90'])} |")

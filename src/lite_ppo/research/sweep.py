@@ -62,7 +62,9 @@ def finished_run(point: GridPoint, out: Path) -> Path | None:
     return None
 
 
-def run_sweep(points: list[GridPoint], out: Path, python: str | None = None, echo=print) -> tuple[list[Path], list[GridPoint], list[GridPoint]]:
+def run_sweep(
+    points: list[GridPoint], out: Path, python: str | None = None, echo=print
+) -> tuple[list[Path], list[GridPoint], list[GridPoint]]:
     """Run the unfinished points sequentially; returns (finished run dirs, points run now, failed points)."""
     logs = out / "sweep_logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -76,12 +78,17 @@ def run_sweep(points: list[GridPoint], out: Path, python: str | None = None, ech
         echo(f"[{i}/{len(points)}] {point.label}: running (log: {log_path})")
         start = time.monotonic()
         with log_path.open("w") as log:
-            code = subprocess.run(point.command(out, python), stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+            code = subprocess.run(
+                point.command(out, python), stdout=log, stderr=subprocess.STDOUT, check=False
+            ).returncode
         ran.append(point)
         result = finished_run(point, out)
         if code != 0 or result is None:
             failed.append(point)
-            echo(f"[{i}/{len(points)}] {point.label}: FAILED (exit {code}) after {time.monotonic() - start:.0f} s; see {log_path}")
+            echo(
+                f"[{i}/{len(points)}] {point.label}: FAILED (exit {code}) "
+                f"after {time.monotonic() - start:.0f} s; see {log_path}"
+            )
         else:
             echo(f"[{i}/{len(points)}] {point.label}: finished in {time.monotonic() - start:.0f} s -> {result}")
     finished = [p for p in (finished_run(point, out) for point in points) if p is not None]
@@ -94,17 +101,49 @@ def main(argv: list[str]) -> int:
         argv, passthrough = argv[:cut], argv[cut + 1 :]
     else:
         passthrough = []
-    parser = argparse.ArgumentParser(prog="lite-ppo sweep", description=__doc__.split("\n\n")[0].replace("``", ""), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lite-ppo sweep",
+        description=__doc__.split("\n\n")[0].replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--recipe", nargs="+", required=True, help="recipe YAML files (one grid axis)")
     parser.add_argument("--seed", nargs="+", type=int, default=[42], help="seeds (one grid axis; default 42)")
-    parser.add_argument("--config", action="append", default=[], help="a config for every run, after the recipe (repeatable)")
-    parser.add_argument("--grid-config", action="append", default=[], metavar="A.yaml,B.yaml", help="one more grid axis: each run gets one of these configs")
-    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="one more grid axis: each run gets --KEY=Vi (e.g. model.lr=1e-5,1e-6)")
-    parser.add_argument("--out", type=Path, default=Path("runs/sweep"), help="root of the run directories (default runs/sweep)")
+    parser.add_argument(
+        "--config", action="append", default=[], help="a config for every run, after the recipe (repeatable)"
+    )
+    parser.add_argument(
+        "--grid-config",
+        action="append",
+        default=[],
+        metavar="A.yaml,B.yaml",
+        help="one more grid axis: each run gets one of these configs",
+    )
+    parser.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="one more grid axis: each run gets --KEY=Vi (e.g. model.lr=1e-5,1e-6)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("runs/sweep"), help="root of the run directories (default runs/sweep)"
+    )
     parser.add_argument("--compare-out", type=Path, default=None, help="where compare writes (default <out>/compare)")
     parser.add_argument("--no-compare", action="store_true", help="do not run compare at the end")
-    parser.add_argument("--emit-slurm", type=Path, default=None, metavar="DIR", help="write SLURM launch scripts to DIR instead of running")
-    parser.add_argument("--sbatch-option", action="append", default=[], metavar="OPT", help="an #SBATCH line for the array script, e.g. --sbatch-option=--gres=gpu:8")
+    parser.add_argument(
+        "--emit-slurm",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write SLURM launch scripts to DIR instead of running",
+    )
+    parser.add_argument(
+        "--sbatch-option",
+        action="append",
+        default=[],
+        metavar="OPT",
+        help="an #SBATCH line for the array script, e.g. --sbatch-option=--gres=gpu:8",
+    )
     parser.add_argument("--python", default=None, help="Python interpreter of the runs (default: this one)")
     args = parser.parse_args(argv)
     try:
@@ -123,7 +162,10 @@ def main(argv: list[str]) -> int:
         print(f"afterwards: lite-ppo compare '{args.out}' --out {args.compare_out or args.out / 'compare'}")
         return 0
     finished, ran, failed = run_sweep(points, args.out, args.python)
-    print(f"sweep: {len(points)} runs in the grid, {len(ran)} run now, {len(points) - len(ran)} skipped, {len(failed)} failed")
+    print(
+        f"sweep: {len(points)} runs in the grid, {len(ran)} run "
+        f"now, {len(points) - len(ran)} skipped, {len(failed)} failed"
+    )
     if finished and not args.no_compare:
         from lite_ppo.research.compare import compare
 

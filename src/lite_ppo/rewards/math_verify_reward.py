@@ -63,14 +63,28 @@ class MathVerifyReward:
         batch_timeout_seconds: float | None = 60.0,
         workers: int | None = None,
     ) -> None:
-        if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, (int, float)) or not timeout_seconds > 0:
-            raise UserError(f"MathVerifyReward.timeout_seconds must be a number of seconds > 0, got {timeout_seconds!r}")
-        if batch_timeout_seconds is not None and (
-            isinstance(batch_timeout_seconds, bool) or not isinstance(batch_timeout_seconds, (int, float)) or not batch_timeout_seconds > 0
+        if (
+            isinstance(timeout_seconds, bool)
+            or not isinstance(timeout_seconds, (int, float))
+            or not timeout_seconds > 0
         ):
-            raise UserError(f"MathVerifyReward.batch_timeout_seconds must be a number of seconds > 0 or null, got {batch_timeout_seconds!r}")
+            raise UserError(
+                f"MathVerifyReward.timeout_seconds must be a number of seconds > 0, got {timeout_seconds!r}"
+            )
+        if batch_timeout_seconds is not None and (
+            isinstance(batch_timeout_seconds, bool)
+            or not isinstance(batch_timeout_seconds, (int, float))
+            or not batch_timeout_seconds > 0
+        ):
+            raise UserError(
+                "MathVerifyReward.batch_timeout_seconds must be a number of seconds > 0 or null, got "
+                f"{batch_timeout_seconds!r}"
+            )
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
-            raise UserError(f"MathVerifyReward.workers must be a whole number >= 0 (0: score in-process) or null (one per core), got {workers!r}")
+            raise UserError(
+                "MathVerifyReward.workers must be a whole number >= 0 (0: score in-process) or null (one per core), "
+                f"got {workers!r}"
+            )
         self.timeout_seconds = float(timeout_seconds)
         self.require_boxed = bool(require_boxed)
         self.batch_timeout_seconds = None if batch_timeout_seconds is None else float(batch_timeout_seconds)
@@ -136,7 +150,9 @@ class MathVerifyReward:
                 RuntimeWarning,
                 stacklevel=3,
             )
-        deadline = time.monotonic() + self.batch_timeout_seconds if self.batch_timeout_seconds is not None else float("inf")
+        deadline = (
+            time.monotonic() + self.batch_timeout_seconds if self.batch_timeout_seconds is not None else float("inf")
+        )
         results = []
         for response, gold in zip(responses, golds):
             left = deadline - time.monotonic()

@@ -164,7 +164,9 @@ class ScoringPool:
     def _owner(self, conn: Connection) -> _Worker:
         return next(w for w in self._workers.items if w.outbox is conn)
 
-    def _receive(self, worker: _Worker, results: list[RewardResult | None] | None, pending: collections.deque | None = None) -> object:
+    def _receive(
+        self, worker: _Worker, results: list[RewardResult | None] | None, pending: collections.deque | None = None
+    ) -> object:
         """Handle one message (or the death) of ``worker``; returns the message (None: it died).
 
         A dead worker's running response gets status ``error`` and its queued ones go back to
@@ -176,7 +178,9 @@ class ScoringPool:
                 self._failed_starts += 1
                 if self._failed_starts >= MAX_FAILED_STARTS:
                     code = worker.process.wait()
-                    raise RuntimeError(f"reward workers die on start (exit code {code}); see the messages above") from None
+                    raise RuntimeError(
+                        f"reward workers die on start (exit code {code}); see the messages above"
+                    ) from None
             if worker.queue and results is not None:
                 results[worker.queue.popleft()] = RewardResult(0.0, ERROR)
             if pending is not None:
@@ -192,7 +196,9 @@ class ScoringPool:
             if results is not None:
                 results[index] = RewardResult(score, status, extracted)
             # The worker moves on to its next queued response now.
-            worker.deadline = time.monotonic() + self.call_seconds + KILL_GRACE_SECONDS if worker.queue else float("inf")
+            worker.deadline = (
+                time.monotonic() + self.call_seconds + KILL_GRACE_SECONDS if worker.queue else float("inf")
+            )
         return message
 
     # -- scoring -----------------------------------------------------------------------------------

@@ -92,7 +92,9 @@ def unlimited_int_digits() -> Iterator[None]:
 def _parse(text: str, config: tuple) -> list:
     """math-verify's best-ranked candidate of ``text`` only (``first_match``): its sympy form when it
     parses, and its own string (compared as a string, as math-verify does) -- never another one."""
-    return parse(text, extraction_config=config, extraction_mode="first_match", parsing_timeout=None, raise_on_error=True)
+    return parse(
+        text, extraction_config=config, extraction_mode="first_match", parsing_timeout=None, raise_on_error=True
+    )
 
 
 def _parse_box(content: str) -> list:

@@ -5,7 +5,8 @@ trainer, whose torch and vLLM threads make forking unsafe). It reads ``(task_id,
 from READ_FD, scores the response within SECONDS (its own main thread, so the alarm works) and
 writes ``(task_id, score, status, extracted)`` to WRITE_FD; ``("ready", pid)`` once at start.
 SIGUSR1 ends the running call early (status ``timeout``; the pool drops that result) and skips the
-tasks up to the next ``("fence",)``, answered with ``("fenced",)``. It exits when READ_FD closes. A worker that overruns anyway is killed by the pool.
+tasks up to the next ``("fence",)``, answered with ``("fenced",)``. It exits when READ_FD closes. A
+worker that overruns anyway is killed by the pool.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ class RolloutBatch:
     - ``group_ids`` [B]: index of the prompt a response answers; a group never straddles ranks.
     - ``rewards`` [B] float, ``truncated`` [B] bool (hit max tokens without EOS),
       ``response_lengths`` [B] long.
+    - ``reward_status``: one status per response (``lite_ppo.rewards.STATUSES``: ``correct``,
+      ``wrong``, ``no_answer``, ...), or None for a batch built without a verifier.
     - ``correct`` [B] bool: the verifier's verdict (the reward's status was ``correct``). Reward
       shaping edits ``rewards``, never this, so it is what techniques and diagnostics that ask
       "was this response right?" read. A batch built without a verifier verdict (tests, hand-made
@@ -33,8 +35,11 @@ class RolloutBatch:
       truncated importance-sampling correction); None means 1.
     - ``temperature``: the sampling temperature; the trainer's log-probs are those of
       softmax(logits / temperature), the distribution the responses were sampled from.
-    - ``extras``: per-response python lists (``tier``, ``prompt_text``, ``response_text``,
-      ``answer``, ``reward_status``) and anything a technique wants to carry along.
+    - ``extras``: per-response python lists for display and reports (``tier``, ``prompt_text``,
+      ``response_text``, ``answer``, ``extracted``).
+
+    Hooks receive the batch read-only; the module and the rollout callback build new batches with
+    :func:`dataclasses.replace` from what the hooks return (``lite_ppo.technique``).
     """
 
     input_ids: torch.Tensor
@@ -45,6 +50,7 @@ class RolloutBatch:
     truncated: torch.Tensor
     response_lengths: torch.Tensor
     correct: torch.Tensor | None = None
+    reward_status: list[str] | None = None
     loss_mask: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     old_logprobs: torch.Tensor | None = None
@@ -72,7 +78,7 @@ class RolloutBatch:
         """[B, R] the generated token ids (padding where ``response_mask`` is 0)."""
         return self.input_ids[:, self.prompt_width :]
 
-    def select(self, index: torch.Tensor) -> "RolloutBatch":
+    def select(self, index: torch.Tensor) -> RolloutBatch:
         """Rows ``index`` (a 1-D long tensor) of every per-response field, in that order."""
         index = index.to(self.input_ids.device)
         out = {}
@@ -83,16 +89,22 @@ class RolloutBatch:
             elif f.name == "extras":
                 idx = index.tolist()
                 out[f.name] = {k: [v[i] for i in idx] for k, v in value.items()}
+            elif f.name == "reward_status" and value is not None:
+                out[f.name] = [value[i] for i in index.tolist()]
             else:
                 out[f.name] = value
         return replace(self, **out)
 
-    def to(self, device: torch.device | str) -> "RolloutBatch":
-        out = {f.name: getattr(self, f.name).to(device) for f in fields(self) if isinstance(getattr(self, f.name), torch.Tensor)}
+    def to(self, device: torch.device | str) -> RolloutBatch:
+        out = {
+            f.name: getattr(self, f.name).to(device)
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), torch.Tensor)
+        }
         return replace(self, **out)
 
     @staticmethod
-    def concat(batches: list["RolloutBatch"], pad_token_id: int) -> "RolloutBatch":
+    def concat(batches: list[RolloutBatch], pad_token_id: int) -> RolloutBatch:
         """Stack batches whose prompt and response widths may differ (re-pads both sides).
 
         Group ids are offset so that groups of different batches stay distinct.
@@ -103,11 +115,12 @@ class RolloutBatch:
         r_width = max(b.response_mask.shape[1] for b in batches)
         parts: dict[str, list[torch.Tensor]] = {}
         extras: dict[str, list[Any]] = {}
+        statuses: list[str] | None = [] if all(b.reward_status is not None for b in batches) else None
         group_offset = 0
         for b in batches:
             dp, dr = p_width - b.prompt_width, r_width - b.response_mask.shape[1]
-            pad_seq = lambda t, value: torch.nn.functional.pad(t, (dp, dr), value=value)  # noqa: E731
-            pad_resp = lambda t, value: torch.nn.functional.pad(t, (0, dr), value=value)  # noqa: E731
+            pad_seq = lambda t, value, dp=dp, dr=dr: torch.nn.functional.pad(t, (dp, dr), value=value)  # noqa: E731
+            pad_resp = lambda t, value, dr=dr: torch.nn.functional.pad(t, (0, dr), value=value)  # noqa: E731
             parts.setdefault("input_ids", []).append(pad_seq(b.input_ids, pad_token_id))
             parts.setdefault("attention_mask", []).append(pad_seq(b.attention_mask, 0))
             for name in ("response_mask", "loss_mask", "old_logprobs", "engine_logprobs", "token_weights"):
@@ -122,5 +135,7 @@ class RolloutBatch:
                     parts.setdefault(name, []).append(value)
             for k, v in b.extras.items():
                 extras.setdefault(k, []).extend(v)
+            if statuses is not None:
+                statuses.extend(b.reward_status)
         merged = {k: torch.cat(v) for k, v in parts.items() if len(v) == len(batches)}
-        return RolloutBatch(**merged, temperature=batches[0].temperature, extras=extras)
+        return RolloutBatch(**merged, reward_status=statuses, temperature=batches[0].temperature, extras=extras)

@@ -68,13 +68,17 @@ class RolloutEngine(ABC):
 
     def setup(self, policy: torch.nn.Module, tokenizer, model_path: str) -> None:
         """Called once before the first ``generate``. ``policy`` is the live training model."""
+        return None  # optional hook: the default does nothing
 
     @abstractmethod
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig, seed: int | None = None) -> list[list[Generation]]:
+    def generate(
+        self, prompt_token_ids: list[list[int]], sampling: SamplingConfig, seed: int | None = None
+    ) -> list[list[Generation]]:
         """Return ``sampling.n`` generations for every prompt, in prompt order."""
 
     def sync_weights(self, policy: torch.nn.Module) -> None:
         """Make the engine generate with ``policy``'s current weights (no-op when it shares them)."""
+        return None  # optional hook: the default does nothing
 
     @property
     def shares_policy_weights(self) -> bool:
@@ -83,6 +87,7 @@ class RolloutEngine(ABC):
 
     def close(self) -> None:
         """Release the engine's resources."""
+        return None  # optional hook: the default does nothing
 
 
 def eos_token_ids(policy: torch.nn.Module, tokenizer) -> list[int]:
@@ -94,5 +99,7 @@ def eos_token_ids(policy: torch.nn.Module, tokenizer) -> list[int]:
     if eos is not None and eos not in ids:
         ids.append(eos)
     if not ids:
-        raise ValueError("the model has no EOS token (neither generation_config.eos_token_id nor tokenizer.eos_token_id)")
+        raise ValueError(
+            "the model has no EOS token (neither generation_config.eos_token_id nor tokenizer.eos_token_id)"
+        )
     return ids

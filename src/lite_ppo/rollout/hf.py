@@ -38,7 +38,9 @@ class HFEngine(RolloutEngine):
         self._policy = policy
         self._tokenizer = tokenizer
 
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig, seed: int | None = None) -> list[list[Generation]]:
+    def generate(
+        self, prompt_token_ids: list[list[int]], sampling: SamplingConfig, seed: int | None = None
+    ) -> list[list[Generation]]:
         if self._policy is None:
             raise RuntimeError("HFEngine.generate called before setup()")
         if seed is not None:
@@ -55,7 +57,9 @@ class HFEngine(RolloutEngine):
         return out
 
     @torch.no_grad()
-    def _generate_chunk(self, prompts: list[list[int]], sampling: SamplingConfig, eos_ids: list[int]) -> list[list[Generation]]:
+    def _generate_chunk(
+        self, prompts: list[list[int]], sampling: SamplingConfig, eos_ids: list[int]
+    ) -> list[list[Generation]]:
         pad_id = self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else eos_ids[0]
         width = max(len(p) for p in prompts)
         device = next(self._policy.parameters()).device
@@ -66,7 +70,12 @@ class HFEngine(RolloutEngine):
             attention_mask[row, width - len(ids) :] = 1
         # Greedy samples are identical: generate one per prompt and copy it n times.
         per_prompt = 1 if sampling.greedy else sampling.n
-        kwargs = dict(max_new_tokens=sampling.max_new_tokens, num_return_sequences=per_prompt, eos_token_id=eos_ids, pad_token_id=pad_id)
+        kwargs = dict(
+            max_new_tokens=sampling.max_new_tokens,
+            num_return_sequences=per_prompt,
+            eos_token_id=eos_ids,
+            pad_token_id=pad_id,
+        )
         if sampling.greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:

@@ -44,11 +44,10 @@ from typing import Literal
 
 import torch
 
-from lite_ppo.model_state import GatherStats, is_partitioned_model, iter_gathered_buckets, transformer_block
 from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig, eos_token_ids
+from lite_ppo.weight_gather import GatherStats, is_partitioned_model, iter_gathered_buckets, transformer_block
 
 log = logging.getLogger(__name__)
-
 
 
 class VLLMEngine(RolloutEngine):
@@ -75,7 +74,7 @@ class VLLMEngine(RolloutEngine):
         max_model_len: context length of the engine (prompt + response); None: the model's. A
             response that reaches it stops there and is flagged truncated (vLLM's "length").
         sync_bucket_bytes: upper bound on the bytes of weights (full tensors, in the policy's dtype)
-            gathered and handed to vLLM at once (:func:`lite_ppo.model_state.iter_gathered_buckets`).
+            gathered and handed to vLLM at once (:func:`lite_ppo.weight_gather.iter_gathered_buckets`).
             Weights are grouped by transformer block (a block is never split, because vLLM fuses
             its projections); a bucket holds whole blocks up to this size, or one block when a
             single block is larger.
@@ -125,7 +124,10 @@ class VLLMEngine(RolloutEngine):
         if dtype not in ("auto", "bfloat16", "float32"):
             raise ValueError(f"VLLMEngine.dtype must be 'auto', 'bfloat16' or 'float32', got {dtype!r}")
         if logprobs_mode not in ("trainer", "processed_logprobs", "raw_logprobs"):
-            raise ValueError(f"VLLMEngine.logprobs_mode must be 'trainer', 'processed_logprobs' or 'raw_logprobs', got {logprobs_mode!r}")
+            raise ValueError(
+                "VLLMEngine.logprobs_mode must be 'trainer', 'processed_logprobs' or 'raw_logprobs', got "
+                f"{logprobs_mode!r}"
+            )
         if sync_bucket_bytes < 1:
             raise ValueError(f"VLLMEngine.sync_bucket_bytes must be >= 1, got {sync_bucket_bytes}")
         if tensor_parallel_size < 1:
@@ -157,6 +159,7 @@ class VLLMEngine(RolloutEngine):
         self._on_gpu = False
         self._in_process = True
         self._logit_factor = 1.0  # the factor (1 / T) currently folded into vLLM's logits scale
+        self._base_logit_scales: list[float] = []  # the model's own scale of each LogitsProcessor, read at setup
         self._asleep = False  # sleeping: weights offloaded and KV cache freed
         self._weights_awake = True
 
@@ -231,7 +234,12 @@ class VLLMEngine(RolloutEngine):
         self._engine_dtype = self._llm.llm_engine.model_config.dtype
         self._eos_ids = eos_token_ids(policy, tokenizer)
         self._logit_factor = 1.0
-        if self.logprobs_mode == "trainer" and not all(self._llm.apply_model(_has_logits_processor)):
+        # The model's own logits scales (``logit_scale`` in some configs, 1 for most), kept here so
+        # that a temperature factor always multiplies them, never an earlier product. Every worker
+        # holds the same model (tensor parallelism splits weights, not the scale): take the first.
+        scales_per_worker = self._llm.apply_model(_logits_scales)
+        self._base_logit_scales = list(scales_per_worker[0])
+        if self.logprobs_mode == "trainer" and not all(scales_per_worker):
             raise ValueError(
                 "VLLMEngine(logprobs_mode='trainer') needs a vLLM model with a LogitsProcessor to fold the "
                 "temperature into; use logprobs_mode='processed_logprobs' for this model"
@@ -244,7 +252,8 @@ class VLLMEngine(RolloutEngine):
             log.warning(
                 "VLLMEngine runs in %s but the policy's weights are %s: engine log-probs will differ from the "
                 "trainer's (~1e-2 nats for bfloat16); set VLLMEngine dtype to the policy's for matching numbers",
-                self._engine_dtype, policy_dtype,
+                self._engine_dtype,
+                policy_dtype,
             )
 
     @property
@@ -253,7 +262,9 @@ class VLLMEngine(RolloutEngine):
         return self._engine_dtype
 
     # --------------------------------------------------------------- generate
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig, seed: int | None = None) -> list[list[Generation]]:
+    def generate(
+        self, prompt_token_ids: list[list[int]], sampling: SamplingConfig, seed: int | None = None
+    ) -> list[list[Generation]]:
         if self._llm is None:
             raise RuntimeError("VLLMEngine.generate called before setup()")
         from vllm.inputs import TokensPrompt
@@ -281,7 +292,13 @@ class VLLMEngine(RolloutEngine):
                 tokens = list(completion.token_ids)
                 logprobs = _sampled_logprobs(completion.logprobs, tokens) if self.return_logprobs else None
                 for _ in range(copies):
-                    group.append(Generation(list(tokens), completion.finish_reason != "length", None if logprobs is None else list(logprobs)))
+                    group.append(
+                        Generation(
+                            list(tokens),
+                            completion.finish_reason != "length",
+                            None if logprobs is None else list(logprobs),
+                        )
+                    )
             if len(group) != sampling.n:
                 raise RuntimeError(f"vLLM returned {len(group)} samples for a prompt, expected {sampling.n}")
             result.append(group)
@@ -320,7 +337,8 @@ class VLLMEngine(RolloutEngine):
             return
         factor = 1.0 if sampling.greedy else 1.0 / sampling.temperature
         if factor != self._logit_factor:
-            self._llm.apply_model(functools.partial(_scale_logits, factor=factor))
+            scales = [base * factor for base in self._base_logit_scales]
+            self._llm.apply_model(functools.partial(_set_logits_scales, scales=scales))
             self._logit_factor = factor
 
     # ------------------------------------------------------------ weight sync
@@ -361,7 +379,10 @@ class VLLMEngine(RolloutEngine):
         """Every tensor in the engine's dtype (and on ``device``), a bucket at a time; ``copy``
         forces a copy even where the dtype and device already match (gathered ZeRO-3 tensors)."""
         for bucket in buckets:
-            converted = [(name, t.to(device=device or t.device, dtype=self._engine_dtype, copy=copy).contiguous()) for name, t in bucket]
+            converted = [
+                (name, t.to(device=device or t.device, dtype=self._engine_dtype, copy=copy).contiguous())
+                for name, t in bucket
+            ]
             yield from converted
             del converted
 
@@ -415,22 +436,22 @@ def _logits_processors(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if isinstance(m, LogitsProcessor)]
 
 
-def _has_logits_processor(model: torch.nn.Module) -> bool:
-    """Runs inside the vLLM worker (``LLM.apply_model``)."""
-    return bool(_logits_processors(model))
+def _logits_scales(model: torch.nn.Module) -> list[float]:
+    """Runs inside the vLLM worker (``LLM.apply_model``): the scale of each logits processor."""
+    return [float(processor.scale) for processor in _logits_processors(model)]
 
 
-def _scale_logits(model: torch.nn.Module, factor: float) -> None:
-    """Runs inside the vLLM worker: logits scale = the model's own scale x ``factor``.
+def _set_logits_scales(model: torch.nn.Module, scales: list[float]) -> None:
+    """Runs inside the vLLM worker: set the logits processors' scales (in :func:`_logits_scales` order).
 
-    The model's own scale (``logit_scale`` in some configs, 1 for most) is kept aside on first use.
     The logits processor runs eagerly, outside torch.compile and CUDA graphs, so a change applies
     to the next step.
     """
-    for processor in _logits_processors(model):
-        if not hasattr(processor, "_lite_ppo_base_scale"):
-            processor._lite_ppo_base_scale = processor.scale
-        processor.scale = processor._lite_ppo_base_scale * factor
+    processors = _logits_processors(model)
+    if len(processors) != len(scales):
+        raise RuntimeError(f"the vLLM model has {len(processors)} logits processors, the engine knows {len(scales)}")
+    for processor, scale in zip(processors, scales):
+        processor.scale = scale
 
 
 @contextmanager

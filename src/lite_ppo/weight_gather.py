@@ -1,4 +1,4 @@
-"""Full tensors of a (possibly ZeRO-3 partitioned) model, a bounded bucket at a time.
+"""Bucketed ZeRO-3 weight gather: the full tensors of a (possibly partitioned) model, a bounded bucket at a time.
 
 Under ZeRO-3 every rank holds 1/R of each parameter; a rollout engine that keeps its own copy of
 the weights (vLLM) needs the full tensors. Gathering the whole model at once would need the memory
@@ -23,8 +23,6 @@ import torch
 
 __all__ = [
     "GatherStats",
-    "checkpoint_items",
-    "full_numel",
     "is_partitioned_model",
     "iter_gathered_buckets",
     "iter_gathered_state",
@@ -42,14 +40,14 @@ def transformer_block(name: str) -> str:
     return match.group(1) if match else name
 
 
-def full_numel(tensor: torch.Tensor) -> int:
+def _full_numel(tensor: torch.Tensor) -> int:
     """Element count of the full tensor (``ds_numel`` of a ZeRO-3 partitioned parameter)."""
     ds_numel = getattr(tensor, "ds_numel", None)
     return int(ds_numel) if ds_numel is not None else tensor.numel()
 
 
 def _full_bytes(tensor: torch.Tensor) -> int:
-    return full_numel(tensor) * tensor.element_size()
+    return _full_numel(tensor) * tensor.element_size()
 
 
 @dataclass
@@ -113,7 +111,7 @@ def plan_buckets(
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 
-def checkpoint_items(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+def _checkpoint_items(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     """``state_dict`` names (wrapper prefixes removed) -> the live parameters/buffers (not copies).
 
     In ``state_dict`` order, except that a tensor's other names (tied ``lm_head.weight``) follow its
@@ -129,7 +127,11 @@ def checkpoint_items(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
         groups.setdefault(id(tensor), []).append((name, tensor))
     config = getattr(module, "config", None)
     names = {name for group in groups.values() for name, _ in group}
-    if getattr(config, "tie_word_embeddings", False) and "lm_head.weight" not in names and hasattr(module, "get_input_embeddings"):
+    if (
+        getattr(config, "tie_word_embeddings", False)
+        and "lm_head.weight" not in names
+        and hasattr(module, "get_input_embeddings")
+    ):
         embedding = module.get_input_embeddings().weight
         groups.setdefault(id(embedding), []).append(("lm_head.weight", embedding))
     return [item for group in groups.values() for item in group]
@@ -142,8 +144,8 @@ def iter_gathered_buckets(
     stats: GatherStats | None = None,
     group_by: Callable[[str], str] | None = None,
 ) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Yield the :func:`checkpoint_items` of ``module`` as buckets of full tensors, gathering ZeRO-3
-    partitioned parameters one bucket of at most ``bucket_bytes`` at a time.
+    """Yield ``module``'s ``state_dict`` entries (see :func:`_checkpoint_items`) as buckets of full
+    tensors, gathering ZeRO-3 partitioned parameters one bucket of at most ``bucket_bytes`` at a time.
 
     A yielded bucket's tensors alias the gathered parameters: they are valid only until the next
     bucket is requested (then the bucket is re-partitioned). Consume or copy them before asking for
@@ -151,7 +153,7 @@ def iter_gathered_buckets(
     nothing is gathered (``stats`` still counts the buckets). Arguments as in
     :func:`iter_gathered_state`.
     """
-    items = checkpoint_items(module)
+    items = _checkpoint_items(module)
     partitioned_any = any(_is_partitioned(t) for _, t in items)
     if partitioned_any:
         from deepspeed.runtime.zero.partition_parameters import GatheredParameters

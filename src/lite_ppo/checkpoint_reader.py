@@ -1,0 +1,99 @@
+"""Read a checkpoint that ``lite-ppo fit`` wrote: its client state and the policy's weights.
+
+Lightning writes one of two layouts:
+
+- under DeepSpeed (ZeRO-1/2/3) a *folder* ``*.ckpt/`` holding one shard per rank
+  (``checkpoint/zero_pp_rank_R_mp_rank_00_{model,optim}_states.pt`` and ``latest``); the fp32 master
+  weights are consolidated from the optimizer shards with DeepSpeed's
+  ``get_fp32_state_dict_from_zero_checkpoint`` (on the CPU, one process, no GPU needed; memory: the
+  full model in fp32 once, or one tensor at a time with ``lazy=True``);
+- otherwise (DDP, one device) a single ``*.ckpt`` file with a ``state_dict``.
+
+Used by ``lite-ppo export-hf`` (:mod:`lite_ppo.export`) and ``lite-ppo evaluate`` (a checkpoint as
+``--model``). Loading the weights into a model is :func:`lite_ppo.models.loading.load_weights`.
+
+Example:
+    >>> from lite_ppo.checkpoint_reader import read_checkpoint
+    >>> client_state, weights = read_checkpoint("runs/ckpt/epoch=0-step=200.ckpt")   # doctest: +SKIP
+    >>> client_state["hyper_parameters"]["model_path"], weights["lm_head.weight"].dtype  # doctest: +SKIP
+    ('builtin:tiny', torch.float32)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+__all__ = ["CheckpointContents", "is_deepspeed_checkpoint", "read_checkpoint"]
+
+POLICY_PREFIX = "policy."  # LitePPO's attribute holding the HF model: its weights' key prefix
+_CHECKPOINT_WRAPPER_PREFIXES = ("_forward_module.", "module.")  # Lightning / DeepSpeed wrappers in saved key names
+
+
+class CheckpointContents(NamedTuple):
+    """What :func:`read_checkpoint` returns (unpacks as ``client_state, policy_weights``)."""
+
+    client_state: dict[str, Any]
+    """Lightning's client state: ``hyper_parameters``, ``global_step``, ``policy_version``, ...
+    (no weights, no optimizer)."""
+    policy_weights: dict[str, torch.Tensor]
+    """The policy's weights under Hugging Face names (``policy.`` removed): float32, or DeepSpeed's
+    lazy tensors."""
+
+
+def is_deepspeed_checkpoint(path: str | os.PathLike) -> bool:
+    """True for a DeepSpeed checkpoint folder (it holds a ``latest`` file)."""
+    path = Path(path)
+    return path.is_dir() and (path / "latest").is_file()
+
+
+def _policy_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, tensor in state.items():
+        for prefix in _CHECKPOINT_WRAPPER_PREFIXES:
+            if name.startswith(prefix):
+                name = name[len(prefix) :]
+        if name.startswith(POLICY_PREFIX):
+            out[name[len(POLICY_PREFIX) :]] = tensor
+    if not out:
+        raise ValueError(
+            f"no `policy.*` weights in the checkpoint (keys start with {sorted({k.split('.')[0] for k in state})})"
+        )
+    return out
+
+
+def read_checkpoint(checkpoint: str | os.PathLike, lazy: bool = False) -> CheckpointContents:
+    """A Lightning checkpoint (DeepSpeed folder or single file), read once: Lightning's client state
+    (hyper-parameters, ``policy_version``, ...; no weights, no optimizer) and the policy's float32
+    weights with Hugging Face names (``policy.`` removed).
+
+    For a DeepSpeed checkpoint the weights are the consolidated fp32 master weights (tied weights
+    appear under every name); ``lazy=True`` returns DeepSpeed's lazy tensors (materialize each with
+    ``.contiguous()``) so that at most one consolidated tensor is in memory at a time.
+    """
+    path = Path(checkpoint)
+    if is_deepspeed_checkpoint(path):
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        tag = (path / "latest").read_text().strip()
+        files = sorted((path / tag).glob("*mp_rank_00_model_states.pt"))
+        if not files:
+            raise FileNotFoundError(
+                f"{path / tag} has no *_model_states.pt: not a DeepSpeed checkpoint written by Lightning"
+            )
+        state = torch.load(files[0], map_location="cpu", weights_only=False)
+        client = {
+            k: v for k, v in state.items() if k not in ("module", "optimizer", "param_shapes", "frozen_param_fragments")
+        }
+        weights = _policy_names(get_fp32_state_dict_from_zero_checkpoint(str(path), lazy_mode=lazy))
+        return CheckpointContents(client, weights if lazy else {k: v.float() for k, v in weights.items()})
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is neither a DeepSpeed checkpoint folder (with a `latest` file) nor a checkpoint file"
+        )
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    client = {k: v for k, v in state.items() if k not in ("state_dict", "optimizer_states")}
+    return CheckpointContents(client, {k: v.float() for k, v in _policy_names(state.get("state_dict", {})).items()})

@@ -1,0 +1,231 @@
+"""Run a Hugging Face causal LM on a rollout batch and score the response tokens.
+
+The thin model-facing side of three pure ops (``lite_ppo.ops``):
+
+- :func:`response_hidden_states`: the decoder's final hidden states at the positions predicting each
+  response token, in the rollout layout (left-padded prompt, right-padded response), or packed
+  (``pack=True``: each group's prompt once, see ``ops.pack_shared_prompts``).
+- :func:`response_logprobs`: per-token log-probs and entropy from those hidden states and the
+  lm_head weight, one chunk of tokens at a time (``ops.masked_chunked_logprobs_and_entropy``), so no
+  [b, R, V] logits stay alive.
+
+Both equal ``model(...).logits`` followed by ``log_softmax(logits / T)`` to float tolerance, values
+and gradients (tests/test_packing.py, tests/test_chunked_logprobs.py).
+
+Example:
+    >>> logprobs, entropy = response_logprobs(policy, batch, pack=True)   # doctest: +SKIP
+    >>> loss = -(logprobs * batch.loss_mask).sum() / batch.loss_mask.sum()  # doctest: +SKIP
+    >>> loss.backward()  # gradients reach every parameter, the prompt's activations once per group  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+import torch
+
+from lite_ppo.ops.chunked_logprobs import masked_chunked_logprobs_and_entropy
+from lite_ppo.ops.logprobs import entropy_from_logits, logprobs_from_logits
+from lite_ppo.ops.micro_batches import real_token_span, token_budget_micro_batches
+from lite_ppo.ops.packing import group_rows, pack_shared_prompts, packed_lengths
+from lite_ppo.rollout.batch import RolloutBatch
+
+__all__ = [
+    "forward_token_counts",
+    "output_head_weight",
+    "plan_micro_batches",
+    "response_hidden_states",
+    "response_logprobs",
+    "supports_hidden_state_scoring",
+    "trim_padding",
+]
+
+
+def supports_hidden_state_scoring(model: torch.nn.Module) -> bool:
+    """Whether logits are exactly ``lm_head(decoder(...).last_hidden_state)`` with a linear lm_head.
+
+    False for heads that post-process the logits (Gemma's soft-capping, Cohere's logit scale):
+    callers keep ``model(...).logits`` there.
+    """
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    config = getattr(model, "config", None)
+    return (
+        isinstance(head, torch.nn.Linear)
+        and getattr(config, "final_logit_softcapping", None) is None
+        and getattr(config, "logit_scale", None) is None
+        and hasattr(model, "get_decoder")
+    )
+
+
+def output_head_weight(model: torch.nn.Module) -> torch.Tensor | None:
+    """The lm_head weight [V, H] when it can be used as a plain tensor, else None.
+
+    With tied embeddings it *is* the input embedding parameter, so gradients through it accumulate
+    on the one shared parameter, as in the model's own forward. None when the head has a bias or
+    its weight is partitioned (DeepSpeed ZeRO-3 gathers it only inside the head's own forward):
+    :func:`response_logprobs` then calls the head module on the scored positions instead.
+    """
+    if not supports_hidden_state_scoring(model):
+        raise ValueError(
+            f"{type(model).__name__} post-processes its logits or has no linear lm_head; use model(...).logits"
+        )
+    head = model.get_output_embeddings()
+    if head.bias is not None or hasattr(head.weight, "ds_id"):
+        return None
+    return head.weight
+
+
+def _packed_attention_mask(allowed: torch.Tensor, attn_implementation: str | None, dtype: torch.dtype) -> torch.Tensor:
+    """The 4-D mask in the form the model's attention takes; transformers passes a 4-D mask through unchanged."""
+    if attn_implementation == "sdpa":
+        return allowed  # sdpa reads a bool mask as "may attend" (a little faster than an additive one)
+    if attn_implementation in (None, "eager"):
+        # eager adds the mask to the scores: 0 where allowed, the dtype's minimum elsewhere.
+        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
+            ~allowed, torch.finfo(dtype).min
+        )
+    raise ValueError(
+        "shared-prompt packing needs a dense 4-D attention mask: attn_implementation 'sdpa' or 'eager', not "
+        f"{attn_implementation!r}"
+    )
+
+
+def response_hidden_states(
+    model: torch.nn.Module, batch: RolloutBatch, pack: bool = False, pad_token_id: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Final hidden states predicting each response token: ``(hidden [B, R, H], valid [B, R])``.
+
+    ``hidden[b, t]`` is the decoder output (after its final norm) at the position before response
+    token t, the input of the lm_head for the logit of token t. ``valid`` is 1 where the rows hold a
+    real token (elsewhere ``hidden`` holds arbitrary finite values).
+
+    Args:
+        model: a causal LM (``get_decoder()`` gives the stack that ends with the final norm).
+        batch: the rollout layout: prompt left-padded to P, response right-padded to R.
+        pack: compute each group's prompt once (``ops.pack_shared_prompts``), with a 4-D mask that
+            lets each response see the prompt and its own prefix only.
+        pad_token_id: filler of the packed rows beyond their end (never attended to).
+    """
+    decoder = model.get_decoder()
+    width, p_width = batch.response_mask.shape[1], batch.prompt_width
+    if not pack:
+        # Left-padded prompts: positions count real tokens only, as generate() did.
+        position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+        out = decoder(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids, use_cache=False
+        )
+        hidden = out.last_hidden_state[:, p_width - 1 : p_width + width - 1]
+        return hidden, batch.attention_mask[:, p_width:]
+    packed = pack_shared_prompts(batch.input_ids, batch.attention_mask, p_width, batch.group_ids, pad_token_id)
+    dtype = next(decoder.parameters()).dtype
+    attn = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    mask = _packed_attention_mask(packed.attention_mask(), attn, dtype if dtype.is_floating_point else torch.float32)
+    out = decoder(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids, use_cache=False)
+    # Backward of this gather sums, on each packed position, the gradients of every response
+    # token it predicts; the prompt's own positions get theirs through the attention.
+    hidden = out.last_hidden_state[packed.row[:, None], packed.predict_index]  # [B, R, H]
+    return hidden, packed.response_valid
+
+
+def response_logprobs(
+    model: torch.nn.Module,
+    batch: RolloutBatch,
+    pack: bool = False,
+    chunk_size: int = 1024,
+    with_entropy: bool = True,
+    score_mask: torch.Tensor | None = None,
+    pad_token_id: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(o_t | x, o_<t) at temperature ``batch.temperature`` and the entropy, per response token.
+
+    Args:
+        model: a causal LM with a linear lm_head (:func:`supports_hidden_state_scoring`); with a
+            bias-free, unpartitioned head the scoring is chunked (no [N, V] logits kept alive).
+        batch: the rollout layout.
+        pack: share each group's prompt (see :func:`response_hidden_states`).
+        chunk_size: tokens scored per chunk (peak memory ~ ``chunk_size x V`` float32).
+        with_entropy: False returns zero entropy and skips its cost.
+        score_mask: [B, R] the tokens to score; defaults to ``batch.response_mask``. Elsewhere both
+            outputs are 0 and no logits are computed.
+
+    Returns:
+        ``(logprobs [B, R], entropy [B, R])`` float32, differentiable w.r.t. the model's parameters.
+    """
+    weight = output_head_weight(model)
+    hidden, valid = response_hidden_states(model, batch, pack=pack, pad_token_id=pad_token_id)
+    mask = batch.response_mask if score_mask is None else score_mask
+    mask = mask.bool() & valid.bool()
+    if weight is not None:
+        return masked_chunked_logprobs_and_entropy(
+            hidden, weight, batch.response_ids, mask, batch.temperature, chunk_size, with_entropy
+        )
+    # The head must run as a module (bias, or ZeRO-3 gathering its weight): full logits, but of the
+    # scored tokens only.
+    logits = model.get_output_embeddings()(hidden[mask]).float() / batch.temperature
+    logprobs = hidden.new_zeros(mask.shape, dtype=torch.float32).masked_scatter(
+        mask, logprobs_from_logits(logits, batch.response_ids[mask])
+    )
+    entropy = hidden.new_zeros(mask.shape, dtype=torch.float32)
+    if with_entropy:
+        entropy = entropy.masked_scatter(mask, entropy_from_logits(logits))
+    return logprobs, entropy
+
+
+def trim_padding(batch: RolloutBatch) -> RolloutBatch:
+    """The batch without the columns that are padding in every row (``ops.real_token_span``).
+
+    A micro-batch selected from a mini-batch keeps the widest prompt and response of the whole
+    rollout; trimmed, its forward costs ``rows x (longest prompt + longest response)`` tokens, the
+    padded cost that ``ops.token_budget_micro_batches`` budgets. Log-probs of the kept response
+    columns are unchanged (positions count real tokens only); callers that need the [B, R] width
+    back pad the results with zeros on the right.
+    """
+    start, end = real_token_span(batch.attention_mask, batch.prompt_width)
+    width = end - batch.prompt_width
+    response_shape = batch.response_mask.shape
+    out = {}
+    for f in fields(batch):
+        value = getattr(batch, f.name)
+        if f.name in ("input_ids", "attention_mask"):
+            out[f.name] = value[:, start:end]
+        elif isinstance(value, torch.Tensor) and value.shape == response_shape:  # every per-token [B, R] field
+            out[f.name] = value[:, :width]
+    return replace(batch, **out)
+
+
+def plan_micro_batches(
+    batch: RolloutBatch, rows_per_micro_batch: int, max_tokens: int | None = None, pack: bool = False
+) -> list[torch.Tensor]:
+    """Row indices of ``batch`` for each forward pass.
+
+    ``max_tokens`` None: ``rows_per_micro_batch`` rows at a time, in order (whole groups stay
+    together as long as the count allows). Otherwise token-budget micro-batches
+    (``ops.token_budget_micro_batches``) on the cost the forward really pays: the packed row of each
+    group when ``pack`` (a group is never split), else each row's prompt and response, padded
+    separately (``trim_padding`` cuts a micro-batch to its longest prompt + longest response).
+    """
+    n = batch.num_responses
+    if max_tokens is None:
+        return list(torch.arange(n).split(rows_per_micro_batch))
+    if pack:
+        groups = group_rows(batch.group_ids)
+        units = token_budget_micro_batches(
+            packed_lengths(batch.attention_mask, batch.prompt_width, batch.group_ids), max_tokens
+        )
+        return [torch.cat([groups[g] for g in unit.tolist()]).sort().values for unit in units]
+    real = batch.attention_mask.bool()
+    lengths = torch.stack([real[:, : batch.prompt_width].sum(-1), real[:, batch.prompt_width :].sum(-1)], dim=1)
+    return token_budget_micro_batches(lengths, max_tokens)
+
+
+def forward_token_counts(batch: RolloutBatch, pack: bool = False) -> tuple[int, int]:
+    """``(real, processed)`` token positions of one forward over ``trim_padding(batch)``.
+
+    Real: the distinct tokens (a group's prompt once when ``pack``). Processed: what the forward
+    pays, padding included (packed rows padded to the longest one, or rows x trimmed width).
+    """
+    if pack:
+        lengths = packed_lengths(batch.attention_mask, batch.prompt_width, batch.group_ids)
+        return int(lengths.sum()), int(lengths.numel() * lengths.max()) if lengths.numel() else 0
+    trimmed = trim_padding(batch)
+    return int(trimmed.attention_mask.sum()), int(trimmed.attention_mask.numel())

@@ -1,0 +1,295 @@
+"""The technique hook contract: the one place that says which RL hooks exist, in which order they
+run and what each may change.
+
+A technique is a Lightning ``Callback`` that subclasses :class:`Technique` and overrides some of
+the hooks below. Hooks *return* what they change and the caller combines the answers, so the
+result never depends on the order of the callbacks; the batch a hook receives is read-only (the
+module and the rollout callback build the next batch with :func:`dataclasses.replace`). Built-in
+techniques (``lite_ppo.callbacks``) use exactly this contract; a user's technique in their own
+file does too. A method of a technique that looks like a hook but is not one (``on_advantage``)
+is refused at fit start (:func:`check_hook_names`).
+
+Order within one training step::
+
+    rollout callback:  generate -> score ->  shape_rewards    (returns a reward term [B]; terms add up)
+                                          ->  on_rollout       (read-only: sees the shaped rewards)
+                                          ->  keep_groups      (returns a keep mask [B]; masks AND;
+                                                                dynamic sampling; refill loop)
+    module:            compute_advantages  (exactly one technique, the estimator: returns [B])
+                       loss_mask           (returns a mask [B, R]; masks multiply; e.g. overlong filter)
+                       old log-probs ->    token_weights  (returns weights [B, R]; weights multiply;
+                                                           e.g. an importance-sampling correction)
+                       then for every micro-batch of every mini-batch:
+                           extra_loss_terms (returns per-token terms [b, R], added to the loss)
+                       observe_old_logprobs (read-only: every old log-prob, e.g. drift diagnostics)
+                       on_update_end       (read-only: the final batch and the typed UpdateStats)
+
+Old log-probs: by default (``model.old_logprobs: reuse_first``) the first mini-batch takes its old
+log-probs from its own forward pass (the policy has not moved yet, so they are exact), and only the
+other rows get a separate no-gradient pass. ``token_weights`` needs every old log-prob before the
+first optimizer step, so a technique that overrides it makes the module compute them all first
+(``recompute``); a technique that only reads them uses ``observe_old_logprobs``, which costs nothing.
+
+``configure_loss`` runs once, at fit start (clip range, aggregation, ...). Scalars a technique wants
+on TensorBoard go into the step's :class:`~lite_ppo.step_metrics.StepMetrics` (the ``metrics``
+argument, ``ctx.metrics``): the module reduces them once over micro-batches and ranks and logs them
+with its own at the end of the step, so a technique never writes a rank reduction itself.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import torch
+from lightning.pytorch import Callback
+
+from lite_ppo.errors import UserError
+from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.step_metrics import StepMetrics
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lightning.pytorch import LightningModule, Trainer
+
+
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+
+
+@dataclass
+class PolicyLossConfig:
+    """What the clipped surrogate and its aggregation use. Techniques set fields in
+    ``configure_loss`` (at fit start); two techniques setting the same field is a configuration error.
+
+    - ``clip_low`` / ``clip_high``: the clip range [1 - clip_low, 1 + clip_high] (docs/method.md).
+      Both start at the module's ``clip_eps``; a technique may widen the upper side, and the lower
+      side has one source, ``model.clip_eps`` (:func:`build_loss_config` refuses a disagreement).
+    - ``dual_clip``: constant c > 1 bounding the loss of negative-advantage tokens, or None.
+    - ``aggregation``: ``token-mean`` (L_tok), ``seq-mean-token-mean`` (L_seq) or
+      ``seq-mean-token-sum``.
+    """
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    aggregation: str = "token-mean"
+
+    def validate(self) -> None:
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"unknown loss aggregation {self.aggregation!r}; choose one of {AGGREGATIONS}")
+        if not 0 <= self.clip_low < 1:
+            raise ValueError(f"clip_low must be in [0, 1), got {self.clip_low}")
+        if self.clip_high < 0:
+            raise ValueError(f"clip_high must be >= 0, got {self.clip_high}")
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            raise ValueError(f"dual_clip must be > 1, got {self.dual_clip}")
+
+
+@dataclass
+class MiniBatchContext:
+    """What ``extra_loss_terms`` sees for one micro-batch.
+
+    - ``batch``: the micro-batch (``loss_mask`` says which tokens count).
+    - ``logprobs`` [b, R] and ``entropy`` [b, R]: of the response tokens under the current policy
+      at the sampling temperature, with gradients (0 off ``response_mask``).
+    - ``metrics``: the step's accumulator.
+    - ``logits`` [b, R, V] (temperature-scaled, with gradients): computed on first use by one more
+      forward pass, since the module scores tokens without keeping full-vocabulary logits; prefer
+      ``logprobs`` / ``entropy`` when they suffice.
+    """
+
+    batch: RolloutBatch
+    logprobs: torch.Tensor
+    entropy: torch.Tensor | None = None
+    metrics: StepMetrics = field(default_factory=StepMetrics)
+    compute_logits: Callable[[], torch.Tensor] | None = field(default=None, repr=False)
+
+    @cached_property
+    def logits(self) -> torch.Tensor:
+        if self.compute_logits is None:
+            raise RuntimeError("this MiniBatchContext was built without a way to compute logits")
+        return self.compute_logits()
+
+
+@dataclass(frozen=True)
+class UpdateStats:
+    """What one training step's update measured, over all ranks (``on_update_end`` reads it).
+
+    The typed fields are the quantities techniques and diagnostics reason about; ``scalars`` holds
+    every value the module logs this step, by TensorBoard tag (``lite_ppo.metric_names``).
+    """
+
+    policy_loss: float = 0.0
+    clip_fraction: float = 0.0
+    clip_upper: float = 0.0  # share of A > 0 tokens clipped at 1 + clip_high
+    clip_lower: float = 0.0  # share of A < 0 tokens clipped at 1 - clip_low
+    approx_kl: float = 0.0
+    entropy: float = 0.0
+    grad_norm: float = 0.0
+    learning_rate: float = 0.0
+    scalars: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class Technique(Callback):
+    """Base class of every RL technique. Override only the hooks you need (mark them ``@override``).
+
+    Example, a length penalty in a user's own file (enable it with ``class_path: my_file.LengthPenalty``
+    under ``trainer.callbacks``)::
+
+        class LengthPenalty(Technique):
+            def __init__(self, per_token: float = 1e-3):
+                self.per_token = per_token
+
+            @override
+            def shape_rewards(self, trainer, module, batch, metrics):
+                penalty = self.per_token * batch.response_lengths.float()
+                metrics.mean("length_penalty/mean", penalty.sum(), penalty.numel())
+                return -penalty
+    """
+
+    # -- rollout callback ------------------------------------------------------------------------
+    def shape_rewards(
+        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
+    ) -> torch.Tensor | None:
+        """Return a reward term [B] added to ``batch.rewards`` (reward shaping), or None.
+
+        ``batch.rewards`` are the verifier's; the terms of all techniques add up, in any order.
+        """
+        return None
+
+    def on_rollout(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> None:
+        """After every technique's reward shaping (read-only): observe a generated batch."""
+
+    def keep_groups(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> torch.Tensor | None:
+        """Return a bool mask [B] of responses to keep (whole groups), or None to keep all.
+
+        When responses are dropped the rollout callback generates more prompts to refill the batch.
+        """
+        return None
+
+    # -- module ----------------------------------------------------------------------------------
+    def compute_advantages(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> torch.Tensor:
+        """Return advantages [B] for ``batch``. Exactly one configured technique overrides this."""
+        raise NotImplementedError
+
+    def loss_mask(
+        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
+    ) -> torch.Tensor | None:
+        """After advantages: return a mask [B, R] (0/1) multiplied into ``batch.loss_mask``, or None."""
+        return None
+
+    def token_weights(
+        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
+    ) -> torch.Tensor | None:
+        """After ``batch.old_logprobs`` are computed, before the first optimizer step: return
+        per-token weights [B, R] of the surrogate loss (multiplied with other techniques'), or None."""
+        return None
+
+    def observe_old_logprobs(
+        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
+    ) -> None:
+        """After the update (read-only): ``batch.old_logprobs`` holds the trainer's log-probs of
+        every response token before the first optimizer step (and ``batch.engine_logprobs`` the
+        engine's, when it reports them). Record diagnostics in ``metrics``."""
+
+    def configure_loss(self, config: PolicyLossConfig) -> dict[str, Any]:
+        """At fit start: return the fields of ``config`` this technique sets, e.g. ``{"clip_high": 0.28}``."""
+        return {}
+
+    def extra_loss_terms(
+        self, trainer: Trainer, module: LightningModule, ctx: MiniBatchContext
+    ) -> dict[str, torch.Tensor]:
+        """Return per-token loss terms [b, R] (coefficient included) added to the policy loss.
+
+        The module aggregates them with the configured aggregation, so they are weighted exactly
+        like the surrogate, and logs each as ``loss/<name>``.
+        """
+        return {}
+
+    def on_update_end(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, stats: UpdateStats) -> None:
+        """After the last optimizer step of the training step. Read-only; log here."""
+
+
+TECHNIQUE_HOOKS = tuple(
+    name
+    for name, _ in inspect.getmembers(Technique, inspect.isfunction)
+    if not name.startswith("_") and name not in dir(Callback)
+)
+_REPLACED = {"on_advantages": "loss_mask (return the mask)", "on_old_logprobs": "token_weights (return the weights)"}
+
+
+def check_hook_names(techniques: list[Technique]) -> None:
+    """Refuse a technique method that looks like a hook but is not one (a misspelt hook would
+    silently never run): names starting with ``on_`` that no Callback or Technique defines, and
+    names close to a technique hook's."""
+    known = set(TECHNIQUE_HOOKS) | {n for n in dir(Callback) if not n.startswith("_")}
+    for technique in techniques:
+        for cls in type(technique).__mro__:
+            if cls in (Technique, Callback, object):
+                break
+            for name, value in vars(cls).items():
+                if name.startswith("_") or name in known or not callable(value):
+                    continue
+                if name in _REPLACED:
+                    raise UserError(
+                        f"{type(technique).__name__}.{name} is no longer a hook: use {_REPLACED[name]} "
+                        "(see lite_ppo.technique)"
+                    )
+                close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
+                if name.startswith("on_") or close:
+                    hint = f"did you mean {close[0]}? " if close else ""
+                    raise UserError(
+                        f"{type(technique).__name__}.{name} is not a hook and would never run: {hint}"
+                        f"technique hooks: {', '.join(TECHNIQUE_HOOKS)} (rename it, or prefix a helper with _)"
+                    )
+
+
+def techniques_of(trainer: Trainer) -> list[Technique]:
+    """The configured techniques, in callback order."""
+    return [cb for cb in trainer.callbacks if isinstance(cb, Technique)]
+
+
+def overrides(technique: Technique, hook: str) -> bool:
+    return getattr(type(technique), hook) is not getattr(Technique, hook)
+
+
+def advantage_estimator(techniques: list[Technique]) -> Technique:
+    """The single technique that computes advantages; a clear error for none or several."""
+    found = [t for t in techniques if overrides(t, "compute_advantages")]
+    if not found:
+        raise ValueError(
+            "no advantage estimator is configured: add one technique that computes advantages under "
+            "trainer.callbacks, e.g. `class_path: lite_ppo.callbacks.AdvantageNormalization`"
+        )
+    if len(found) > 1:
+        names = " and ".join(type(t).__name__ for t in found)
+        raise ValueError(f"conflicting techniques: {names} both compute advantages; keep exactly one")
+    return found[0]
+
+
+def build_loss_config(base: PolicyLossConfig, techniques: list[Technique]) -> PolicyLossConfig:
+    """Apply every technique's ``configure_loss`` to a copy of ``base``; two setters of one field conflict."""
+    config = PolicyLossConfig(**vars(base))
+    owner: dict[str, str] = {}
+    for t in techniques:
+        for name, value in t.configure_loss(config).items():
+            if not hasattr(config, name):
+                raise ValueError(f"{type(t).__name__}.configure_loss sets unknown field {name!r}")
+            if name == "clip_low" and value != base.clip_low:
+                raise UserError(
+                    f"{type(t).__name__} sets the lower clip to {value} but model.clip_eps is {base.clip_low}: "
+                    f"the lower clip has one source; set model.clip_eps: {value} "
+                    "(and leave the technique's lower clip null)"
+                )
+            if name in owner:
+                raise ValueError(
+                    f"conflicting techniques: {owner[name]} and {type(t).__name__} both set the loss's {name!r}; "
+                    "keep one"
+                )
+            owner[name] = type(t).__name__
+            setattr(config, name, value)
+    config.validate()
+    return config

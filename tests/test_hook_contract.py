@@ -1,0 +1,146 @@
+"""The technique hook contract: hooks return what they change, the module combines the answers in
+an order-independent way, misspelt hooks are refused, and the step's scalars are reduced once."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from typing_extensions import override
+
+from lite_ppo.errors import UserError
+from lite_ppo.ranks import Ranks
+from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.technique import TECHNIQUE_HOOKS, Technique, check_hook_names
+from test_diagnostics import _fit_constructed, constructed_batch
+
+
+# -- misspelt hooks ------------------------------------------------------------------------------------
+class Misspelt(Technique):
+    def on_advantage(self, trainer, module, batch):  # one letter short of nothing: not a hook
+        pass
+
+
+class NearMiss(Technique):
+    def token_weight(self, trainer, module, batch, metrics):
+        return None
+
+
+class OldContract(Technique):
+    def on_advantages(self, trainer, module, batch):
+        batch.loss_mask[:] = 0
+
+
+class Fine(Technique):
+    @override
+    def loss_mask(self, trainer, module, batch, metrics):
+        return None
+
+    def scores(self, batch):  # a helper whose name is far from every hook
+        return batch.rewards
+
+    def _private(self):
+        return None
+
+
+def test_misspelt_and_retired_hooks_are_refused_naming_them():
+    with pytest.raises(UserError, match=r"Misspelt.on_advantage is not a hook"):
+        check_hook_names([Fine(), Misspelt()])
+    with pytest.raises(UserError, match=r"NearMiss.token_weight is not a hook.*did you mean token_weights\?"):
+        check_hook_names([NearMiss()])
+    with pytest.raises(UserError, match=r"OldContract.on_advantages is no longer a hook: use loss_mask"):
+        check_hook_names([OldContract()])
+    check_hook_names([Fine()])  # real hooks, helpers and private methods pass
+    assert {"shape_rewards", "loss_mask", "token_weights", "extra_loss_terms", "on_update_end"} <= set(TECHNIQUE_HOOKS)
+
+
+def test_a_misspelt_hook_fails_the_fit_at_start(tmp_path):
+    with pytest.raises(UserError, match="Misspelt.on_advantage"):
+        _fit_constructed(tmp_path, Misspelt())
+
+
+# -- order-independent composition -----------------------------------------------------------------------
+class MaskRow(Technique):
+    """Removes row ``row`` from the loss; records the metrics argument's share."""
+
+    def __init__(self, row: int) -> None:
+        self.row = row
+
+    @override
+    def loss_mask(self, trainer, module, batch, metrics):
+        keep = torch.ones_like(batch.loss_mask)
+        keep[self.row] = 0
+        metrics.mean(f"mask{self.row}/kept_rows", keep[:, 0].sum(), keep.shape[0])
+        return keep
+
+
+class Weight(Technique):
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+
+    @override
+    def token_weights(self, trainer, module, batch, metrics):
+        assert batch.old_logprobs is not None  # called after the old log-probs
+        return torch.full_like(batch.old_logprobs, self.factor)
+
+
+class Seen(Technique):
+    """Records the final batch the optimizer saw (read-only hook)."""
+
+    batches: list = []
+
+    @override
+    def on_update_end(self, trainer, module, batch, stats):
+        Seen.batches.append((batch.loss_mask.clone(), batch.token_weights.clone(), stats.policy_loss, stats.scalars))
+
+
+def test_masks_and_weights_compose_in_any_callback_order(tmp_path):
+    results = []
+    for k, order in enumerate(itertools.permutations([MaskRow(0), MaskRow(2), Weight(0.5), Weight(3.0)])):
+        if k % 6:  # 4 of the 24 orders are enough to see order dependence
+            continue
+        Seen.batches = []
+        scalars, _ = _fit_constructed(tmp_path / str(k), *order, Seen())
+        results.append((Seen.batches[0], scalars))
+    (mask, weights, loss, _), scalars = results[0]
+    expected_mask = constructed_batch().response_mask.clone()
+    expected_mask[[0, 2]] = 0
+    assert torch.equal(mask, expected_mask)
+    assert torch.allclose(weights, torch.full_like(weights, 1.5))
+    assert scalars["mask0/kept_rows"] == pytest.approx(3 / 4) and scalars["mask2/kept_rows"] == pytest.approx(3 / 4)
+    for (m, w, lo, _), s in results[1:]:
+        assert torch.equal(m, mask) and torch.equal(w, weights) and lo == loss
+        assert s["loss/policy"] == scalars["loss/policy"]
+
+
+def test_the_rollout_batch_handed_to_the_module_is_not_edited(tmp_path):
+    batch = constructed_batch()
+    before = batch.loss_mask.clone()
+    _fit_constructed(tmp_path, MaskRow(1), Weight(2.0), batch=batch)
+    assert torch.equal(batch.loss_mask, before) and batch.token_weights is None and batch.advantages is None
+
+
+# -- the step's metrics ----------------------------------------------------------------------------------
+def test_step_metrics_means_sums_and_extrema_by_hand():
+    m = StepMetrics()
+    m.mean("a", 3.0, 4)  # micro-batch 1: 3 over 4 tokens
+    m.mean("a", 1.0, 1)  # micro-batch 2: 1 over 1 token -> 4 / 5, not the mean of 0.75 and 1
+    m.sum("b", 2.0)
+    m.sum("b", torch.tensor(0.5))
+    m.max("c", 1.0)
+    m.max("c", torch.tensor(4.0))
+    m.min("d", 2.0)
+    m.min("d", -1.0)
+    m.mean("empty", 0.0, 0)
+    m.max("never", float("-inf"))
+    out = {k: float(v) for k, v in m.compute(Ranks(None)).items()}
+    assert out == {"a": pytest.approx(0.8), "b": 2.5, "c": 4.0, "d": -1.0, "empty": 0.0}
+    assert m.compute(Ranks(None)) == {}  # reset after compute
+
+
+def test_ranks_on_one_process_are_identities():
+    ranks = Ranks(None)
+    x = torch.tensor([1.0, 2.0])
+    assert ranks.world_size == 1 and torch.equal(ranks.sum(x), x) and torch.equal(ranks.cat(x), x)
+    assert torch.equal(ranks.max(x), x) and ranks.any(True) and not ranks.any(False) and ranks.objects("o") == ["o"]

@@ -1,0 +1,107 @@
+"""The package's import graph, read from the source with ``ast`` (the ``package-dir`` mapping that
+ships top-level ``callbacks/`` as ``lite_ppo.callbacks`` hides it from import linters): the
+evaluation code must not depend on the callbacks that depend on it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from conftest import REPO
+
+ROOTS = {"lite_ppo": REPO / "src" / "lite_ppo", "lite_ppo.callbacks": REPO / "callbacks"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package, root in ROOTS.items():
+        for path in root.rglob("*.py"):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([package, *parts])] = path
+    return out
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    return "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imports(name: str, path: Path, modules: set[str]) -> set[str]:
+    """Every module ``name`` imports at run time (function-level imports included, ``if
+    TYPE_CHECKING:`` blocks left out); ``from package import module`` counts as the module."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")[: len(name.split(".")) - node.level + (1 if is_package else 0)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                found.add(f"{module}.{alias.name}" if f"{module}.{alias.name}" in modules else module)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return found
+
+
+def _unit(module: str) -> str:
+    """The package-level node of a module: ``lite_ppo.<first part>`` (``lite_ppo.callbacks``,
+    ``lite_ppo.evaluation``, ``lite_ppo.module``, ...)."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = {m for m in _imports(name, path, set(modules)) if m in modules}
+        graph.setdefault(_unit(name), set()).update(_unit(t) for t in targets if _unit(t) != _unit(name))
+    return graph
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_the_graph_sees_both_roots():
+    graph = package_graph()
+    # The reader works: the callbacks use the evaluation code, and the rollout package is found.
+    assert "lite_ppo.evaluation" in graph["lite_ppo.callbacks"]
+    assert "lite_ppo.rollout" in graph["lite_ppo.callbacks"]
+
+
+def test_evaluation_never_reaches_the_callbacks():
+    """No cycle between lite_ppo.evaluation and lite_ppo.callbacks: the evaluation code (and all it
+    imports, transitively) generates through lite_ppo.rollout.producer, never a callback."""
+    graph = package_graph()
+    assert "lite_ppo.callbacks" not in _reachable(graph, "lite_ppo.evaluation")
+    assert "lite_ppo.callbacks" not in _reachable(graph, "lite_ppo.rollout")
+
+
+def test_no_evaluation_or_rollout_module_imports_a_callback():
+    """The evaluation command and runner generate with ``lite_ppo.rollout.producer``, not the
+    ``Rollout`` callback; engines, data and rewards know nothing of training."""
+    modules = _modules()
+    offenders = {
+        name: sorted(m for m in _imports(name, path, set(modules)) if m.startswith("lite_ppo.callbacks"))
+        for name, path in modules.items()
+        if name.startswith(("lite_ppo.evaluation", "lite_ppo.rollout", "lite_ppo.data", "lite_ppo.rewards"))
+    }
+    assert {name: found for name, found in offenders.items() if found} == {}

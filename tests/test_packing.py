@@ -1,0 +1,177 @@
+"""Shared-prompt packing: indices and masks by hand, and equality with the unpacked forward on the tiny model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lite_ppo.ops import group_rows, pack_shared_prompts, packed_attention_mask, packed_lengths
+from lite_ppo.rollout.batch import RolloutBatch
+
+PAD = 0
+
+
+def make_batch(
+    prompt_lengths: list[int],
+    group_size: list[int],
+    response_lengths: list[int],
+    vocab: int,
+    seed: int = 0,
+    temperature: float = 0.8,
+) -> RolloutBatch:
+    """A rollout-layout batch: group g has prompt length prompt_lengths[g] and group_size[g] responses."""
+    gen = torch.Generator().manual_seed(seed)
+    p_width, r_width = max(prompt_lengths) + 1, max(response_lengths) + 2  # extra padding on both sides
+    rows, groups = [], []
+    it = iter(response_lengths)
+    for g, (p, size) in enumerate(zip(prompt_lengths, group_size)):
+        prompt = torch.randint(1, vocab, (p,), generator=gen)
+        for _ in range(size):
+            n = next(it)
+            ids = torch.full((p_width + r_width,), PAD)
+            ids[p_width - p : p_width] = prompt
+            ids[p_width : p_width + n] = torch.randint(1, vocab, (n,), generator=gen)
+            rows.append(ids)
+            groups.append(g)
+    input_ids = torch.stack(rows)
+    attention_mask = (input_ids != PAD).long()
+    lengths = attention_mask[:, p_width:].sum(-1)
+    b = len(rows)
+    return RolloutBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        response_mask=attention_mask[:, p_width:].clone(),
+        group_ids=torch.tensor(groups),
+        rewards=torch.zeros(b),
+        truncated=torch.zeros(b, dtype=torch.bool),
+        response_lengths=lengths,
+        temperature=temperature,
+    )
+
+
+def test_pack_layout_by_hand():
+    # P = 3, R = 3; group 0: prompt [5, 6] + responses [7, 8] and [9]; group 1: prompt [4] + [3, 2, 1].
+    ids = torch.tensor([[0, 5, 6, 7, 8, 0], [0, 5, 6, 9, 0, 0], [0, 0, 4, 3, 2, 1]])
+    packed = pack_shared_prompts(ids, (ids != 0).long(), prompt_width=3, group_ids=torch.tensor([0, 0, 1]))
+    assert packed.input_ids.tolist() == [[5, 6, 7, 8, 9], [4, 3, 2, 1, 0]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 2], [0, 1, 2, 3, 0]]
+    assert packed.segment_ids.tolist() == [[0, 0, 1, 1, 2], [0, 1, 1, 1, -1]]
+    assert packed.row.tolist() == [0, 0, 1]
+    # Token t of a response is predicted at the last prompt token (t = 0) or at its token t - 1.
+    assert packed.predict_index.tolist() == [[1, 2, 0], [1, 0, 0], [0, 1, 2]]
+    assert packed.response_valid.tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1]]
+    assert packed.num_tokens == 9
+    # Lengths of the packed rows, the unit a token budget packs when groups are packed.
+    assert packed_lengths((ids != 0).long(), 3, torch.tensor([0, 0, 1])).tolist() == [5, 4]
+    assert [r.tolist() for r in group_rows(torch.tensor([2, 0, 2, 1]))] == [[0, 2], [1], [3]]
+
+
+def test_packed_attention_mask_by_hand():
+    mask = packed_attention_mask(torch.tensor([[0, 0, 1, 1, 2, -1]]))[0, 0].int()
+    expected = [
+        [1, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0],
+        [1, 1, 0, 0, 1, 0],  # the second response sees the prompt and itself, not the first response
+        [0, 0, 0, 0, 0, 1],  # padding sees itself only (no empty softmax row)
+    ]
+    assert mask.tolist() == expected
+
+
+def test_pack_rejects_a_group_with_two_prompts():
+    ids = torch.tensor([[0, 5, 6, 7], [0, 5, 8, 9]])
+    with pytest.raises(ValueError, match="same prompt"):
+        pack_shared_prompts(ids, (ids != 0).long(), prompt_width=3, group_ids=torch.tensor([0, 0]))
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tiny_model_path):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    return model.train()
+
+
+def reference_logprobs(model, batch: RolloutBatch) -> torch.Tensor:
+    """The module's unpacked computation: full logits of the left-padded layout, log_softmax(z / T)."""
+    from lite_ppo.ops import logprobs_from_logits
+
+    width = batch.response_mask.shape[1]
+    position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=position_ids,
+        use_cache=False,
+        logits_to_keep=width + 1,
+    )
+    logits = out.logits[:, :-1].float() / batch.temperature
+    return logprobs_from_logits(logits, batch.response_ids) * batch.response_mask
+
+
+def surrogate_like_loss(logprobs: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
+    # A token-mean loss with per-response weights, so every response and token matters differently.
+    weights = torch.linspace(-1.0, 2.0, batch.num_responses)[:, None]
+    return (logprobs.exp() * weights * batch.response_mask).sum() / batch.response_mask.sum()
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_packed_logprobs_and_gradients_equal_unpacked(tiny_policy, attn):
+    from lite_ppo.policy_forward import response_logprobs
+
+    model = tiny_policy
+    model.config._attn_implementation = attn  # the decoder layers read it at call time
+    try:
+        # 3 groups, unequal prompts (7, 3, 11 tokens) and group sizes, response lengths 1..9, groups interleaved.
+        batch = make_batch([7, 3, 11], [3, 2, 4], [5, 9, 1, 4, 8, 2, 7, 9, 3], vocab=model.config.vocab_size)
+        order = torch.tensor([0, 3, 5, 1, 6, 4, 2, 7, 8])  # rows of a group need not be adjacent
+        batch = batch.select(order)
+
+        model.zero_grad()
+        expected = reference_logprobs(model, batch)
+        surrogate_like_loss(expected, batch).backward()
+        expected_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+
+        model.zero_grad()
+        got, entropy = response_logprobs(model, batch, pack=True, chunk_size=5)
+        surrogate_like_loss(got, batch).backward()
+
+        torch.testing.assert_close(got, expected, rtol=0, atol=2e-5)
+        assert (got[batch.response_mask == 0] == 0).all()
+        for name, param in model.named_parameters():
+            torch.testing.assert_close(param.grad, expected_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    finally:
+        model.config._attn_implementation = "sdpa"
+        model.zero_grad()
+
+
+def test_unpacked_hidden_state_path_equals_full_logits(tiny_policy):
+    from lite_ppo.policy_forward import response_logprobs
+
+    batch = make_batch([4, 6], [2, 3], [3, 6, 2, 5, 4], vocab=tiny_policy.config.vocab_size, seed=1)
+    with torch.no_grad():
+        expected = reference_logprobs(tiny_policy, batch)
+        got, _ = response_logprobs(tiny_policy, batch, pack=False, chunk_size=4)
+    torch.testing.assert_close(got, expected, rtol=0, atol=2e-5)
+
+
+def test_packed_equals_unpacked_on_qwen3(_model_cache):
+    """The same equality on the Qwen3 architecture (q/k norms, its own attention module)."""
+    from transformers import AutoModelForCausalLM
+
+    from lite_ppo.models import resolve_model
+    from lite_ppo.policy_forward import response_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("builtin:tiny-qwen3"), dtype=torch.float32).train()
+    batch = make_batch([5, 9], [3, 2], [6, 2, 8, 3, 5], vocab=model.config.vocab_size, seed=8)
+    expected = reference_logprobs(model, batch)
+    surrogate_like_loss(expected, batch).backward()
+    expected_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    got, _ = response_logprobs(model, batch, pack=True)
+    surrogate_like_loss(got, batch).backward()
+    torch.testing.assert_close(got, expected, rtol=0, atol=2e-5)
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, expected_grads[name], rtol=1e-4, atol=1e-6, msg=name)

@@ -1,0 +1,66 @@
+"""How the update lays out its forward passes — shared-prompt packing, token-budget micro-batches,
+trimmed padding — changes the cost, never the result: same old log-probs, loss and update."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lite_ppo.technique import Technique
+from test_old_logprobs import _batch, _step
+
+# _batch(): 4 groups of 2; prompts of 2, 4, 3, 2 tokens (per group), responses of 5,1 | 3,4 | 2,5 | 3,1.
+PROMPTS, RESPONSES = [2, 2, 4, 4, 3, 3, 2, 2], [5, 1, 3, 4, 2, 5, 3, 1]
+
+
+class ForwardSizes(Technique):
+    """Token positions of every forward the policy's decoder runs with gradient (the training passes)."""
+
+    def on_fit_start(self, trainer, pl_module):
+        self.sizes = []
+
+        def record(module, args, kwargs, output):
+            if torch.is_grad_enabled():
+                self.sizes.append(kwargs["input_ids"].numel())
+
+        pl_module.policy.get_decoder().register_forward_hook(record, with_kwargs=True)
+
+
+def _assert_same_update(a, seen_a, b, seen_b):
+    torch.testing.assert_close(seen_a.old, seen_b.old, atol=2e-5, rtol=1e-5)
+    assert seen_a.scalars["loss/policy"] == pytest.approx(seen_b.scalars["loss/policy"], rel=1e-4, abs=1e-7)
+    assert seen_a.scalars["policy/entropy"] == pytest.approx(seen_b.scalars["policy/entropy"], rel=1e-5)
+    # Adam moves every weight by ~lr (1e-2) in its first steps: rounding shows at ~2e-5, a wrong gradient at ~lr.
+    for (name, x), y in zip(a.policy.named_parameters(), b.policy.parameters()):
+        torch.testing.assert_close(x, y, atol=2e-4, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("num_mini_batches", [1, 2])
+def test_packing_changes_the_cost_not_the_update(tiny_model_path, num_mini_batches):
+    packed = _step(tiny_model_path, _batch(), num_mini_batches=num_mini_batches, pack_prompts=True)
+    plain = _step(tiny_model_path, _batch(), num_mini_batches=num_mini_batches, pack_prompts=False)
+    _assert_same_update(*packed, *plain)
+
+
+def test_padding_efficiency_by_hand(tiny_model_path):
+    # One micro-batch of all 8 rows. Unpacked: real prompt + response tokens over 8 rows x (4 + 5).
+    _, plain = _step(tiny_model_path, _batch(), num_mini_batches=1, micro_batch_size=8, pack_prompts=False)
+    assert plain.scalars["update/padding_efficiency"] == pytest.approx(
+        (sum(PROMPTS) + sum(RESPONSES)) / (8 * 9), rel=1e-6
+    )
+    # Packed: one row per group (prompt once + both responses): 8, 11, 10, 6 tokens, padded to 11.
+    _, packed = _step(tiny_model_path, _batch(), num_mini_batches=1, micro_batch_size=8, pack_prompts=True)
+    assert packed.scalars["update/padding_efficiency"] == pytest.approx((8 + 11 + 10 + 6) / (4 * 11), rel=1e-6)
+
+
+def test_token_budget_micro_batches_keep_the_update_and_the_budget(tiny_model_path):
+    sizes = ForwardSizes()
+    budget = _step(
+        tiny_model_path, _batch(), num_mini_batches=1, pack_prompts=False, micro_batch_tokens=20, extra=[sizes]
+    )
+    count = _step(tiny_model_path, _batch(), num_mini_batches=1, pack_prompts=False, micro_batch_size=3)
+    _assert_same_update(*budget, *count)
+    # Every pass within 20 positions (the longest row alone is 4 + 4 = 8), all 8 rows scored.
+    assert sizes.sizes and max(sizes.sizes) <= 20 and len(sizes.sizes) >= 3
+    # Sorted by length, the budget wastes less than a fixed count of 3 rows padded to the longest.
+    assert budget[1].scalars["update/padding_efficiency"] > count[1].scalars["update/padding_efficiency"]
