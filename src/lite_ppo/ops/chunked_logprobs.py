@@ -8,7 +8,7 @@ peak memory holds one chunk's [chunk_size, V] logits and the gradient of the lm_
 
 Gradients (z = h W^T / T, p = softmax(z), l = z_y - logsumexp(z), H = logsumexp(z) - sum p z):
 
-    dl/dz = onehot(y) - p            dH/dz = -p * (z - sum p z)
+    dl/dz = onehot(y) - p            dH/dz = -p * (log p + H)  (= -p * (z - sum p z))
 
 Example:
     >>> import torch
@@ -39,40 +39,54 @@ class _ChunkedLogprobsEntropy(torch.autograd.Function):
         n = hidden.shape[0]
         logprobs = hidden.new_empty(n, dtype=torch.float32)
         entropy = hidden.new_zeros(n, dtype=torch.float32)
+        lse = hidden.new_empty(n, dtype=torch.float32)  # kept for backward: p = exp(z - lse), no new reduction
         for start in range(0, n, chunk_size):
             sl = slice(start, start + chunk_size)
             z = _chunk_logits(hidden[sl], weight, temperature)
-            lse = torch.logsumexp(z, dim=-1)
-            logprobs[sl] = z.gather(-1, targets[sl, None]).squeeze(-1) - lse
+            lse[sl] = torch.logsumexp(z, dim=-1)
+            logprobs[sl] = z.gather(-1, targets[sl, None]).squeeze(-1) - lse[sl]
             if with_entropy:
-                entropy[sl] = lse - (torch.softmax(z, dim=-1) * z).sum(-1)
-        ctx.save_for_backward(hidden, weight, targets)
+                log_p = z.sub_(lse[sl, None])  # z is not needed any more: log-softmax in place
+                entropy[sl] = -(log_p.exp() * log_p).sum(-1)  # -sum p log p: no cancellation of large terms
+        ctx.save_for_backward(hidden, weight, targets, lse)
         ctx.temperature, ctx.chunk_size, ctx.with_entropy = temperature, chunk_size, with_entropy
+        # An output nobody differentiates (usually the entropy, a statistic) arrives as None in
+        # backward instead of zeros, so its gradient term is skipped rather than computed as 0.
+        ctx.set_materialize_grads(False)
         return logprobs, entropy
 
     @staticmethod
     def backward(ctx, grad_logprobs, grad_entropy):
-        hidden, weight, targets = ctx.saved_tensors
+        hidden, weight, targets, lse = ctx.saved_tensors
         t = ctx.temperature
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        grad_hidden = torch.zeros_like(hidden) if need_h else None
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        entropy_grad = ctx.with_entropy and grad_entropy is not None
+        if grad_logprobs is None and not entropy_grad:
+            return None, None, None, None, None, None
+        grad_hidden = torch.empty_like(hidden) if need_h else None
+        grad_weight = None
         for start in range(0, hidden.shape[0], ctx.chunk_size):
             sl = slice(start, start + ctx.chunk_size)
             h = hidden[sl]
-            z = _chunk_logits(h, weight, t)
-            p = torch.softmax(z, dim=-1)
-            # d(logprob)/dz = onehot - p, scaled by the incoming gradient.
-            grad_z = -p * grad_logprobs[sl, None]
-            grad_z.scatter_add_(-1, targets[sl, None], grad_logprobs[sl, None])
-            if ctx.with_entropy and grad_entropy is not None:
-                mean_z = (p * z).sum(-1, keepdim=True)
-                grad_z -= p * (z - mean_z) * grad_entropy[sl, None]
-            grad_z = (grad_z / t).to(hidden.dtype)  # through z = (h W^T) / T
+            log_p = _chunk_logits(h, weight, t).sub_(lse[sl, None])  # log-softmax of the recomputed logits
+            p = log_p.exp()
+            entropy_term = None
+            if entropy_grad:
+                # dH/dz = -p (log p + H): the same as -p (z - sum p z), without subtracting large terms.
+                entropy = -(p * log_p).sum(-1, keepdim=True)
+                entropy_term = log_p.add_(entropy).mul_(p).mul_(grad_entropy[sl, None])  # reuses log_p's memory
+            # d(logprob)/dz = onehot - p, scaled by the incoming gradient; built in p's memory.
+            g = grad_logprobs[sl, None] if grad_logprobs is not None else torch.zeros_like(lse[sl, None])
+            grad_z = p.mul_(-g)
+            grad_z.scatter_add_(-1, targets[sl, None], g)
+            if entropy_term is not None:
+                grad_z.sub_(entropy_term)
+            grad_z = grad_z.div_(t).to(hidden.dtype)  # through z = (h W^T) / T
             if need_h:
                 grad_hidden[sl] = grad_z @ weight
             if need_w:
-                grad_weight += (grad_z.T @ h).float()
+                part = (grad_z.T @ h).float()
+                grad_weight = part if grad_weight is None else grad_weight.add_(part)
         if need_w:
             grad_weight = grad_weight.to(weight.dtype)
         return grad_hidden, grad_weight, None, None, None, None
