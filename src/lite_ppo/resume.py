@@ -8,7 +8,8 @@ Nothing is silently dropped.
 Applied (:data:`APPLIED_ON_RESUME`):
 
 - ``clip_eps``, ``max_grad_norm``: read at fit start / every optimizer step.
-- ``micro_batch_size``, ``gradient_checkpointing``: memory/speed only, no effect on the math.
+- ``micro_batch_size``, ``micro_batch_tokens``, ``pack_prompts``, ``logprob_chunk_size``,
+  ``gradient_checkpointing``: how the forward passes are laid out (memory/speed), the same math.
 - ``old_logprobs``, ``engine_logprob_tolerance``: where each step's old log-probs come from, decided
   every step; ``fused_optimizer``: the AdamW kernel (same update, same state).
 
@@ -43,6 +44,9 @@ APPLIED_ON_RESUME = frozenset(
         "clip_eps",
         "max_grad_norm",
         "micro_batch_size",
+        "micro_batch_tokens",
+        "pack_prompts",
+        "logprob_chunk_size",
         "gradient_checkpointing",
         "old_logprobs",
         "engine_logprob_tolerance",
