@@ -89,23 +89,13 @@ def test_tied_embeddings_model_gradients_equal_full_logits(tiny_model_path):
     from transformers import AutoModelForCausalLM
 
     from lite_ppo.policy_forward import output_head_weight, response_logprobs
-    from test_packing import make_batch, reference_logprobs, surrogate_like_loss
+    from test_packing import assert_same_logprobs_and_gradients, make_batch
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).train()
     assert model.config.tie_word_embeddings
     assert output_head_weight(model) is model.get_input_embeddings().weight
     batch = make_batch([5, 8], [3, 2], [4, 7, 2, 6, 3], vocab=model.config.vocab_size, seed=3)
-
-    expected = reference_logprobs(model, batch)
-    surrogate_like_loss(expected, batch).backward()
-    expected_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    got, _ = response_logprobs(model, batch, pack=False, chunk_size=3)
-    surrogate_like_loss(got, batch).backward()
-
-    torch.testing.assert_close(got, expected, rtol=0, atol=2e-5)
-    for name, param in model.named_parameters():
-        torch.testing.assert_close(param.grad, expected_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    assert_same_logprobs_and_gradients(model, batch, lambda m, b: response_logprobs(m, b, pack=False, chunk_size=3)[0])
 
 
 def test_head_with_bias_falls_back_to_the_head_module(tiny_model_path):
@@ -113,7 +103,7 @@ def test_head_with_bias_falls_back_to_the_head_module(tiny_model_path):
     from transformers import AutoModelForCausalLM
 
     from lite_ppo.policy_forward import output_head_weight, response_logprobs
-    from test_packing import make_batch, reference_logprobs, surrogate_like_loss
+    from test_packing import assert_same_logprobs_and_gradients, make_batch
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).train()
     old = model.get_output_embeddings()
@@ -125,13 +115,4 @@ def test_head_with_bias_falls_back_to_the_head_module(tiny_model_path):
     assert output_head_weight(model) is None
     batch = make_batch([5, 8], [3, 2], [4, 7, 2, 6, 3], vocab=model.config.vocab_size, seed=6)
     for pack in (False, True):
-        model.zero_grad()
-        expected = reference_logprobs(model, batch)
-        surrogate_like_loss(expected, batch).backward()
-        expected_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-        model.zero_grad()
-        got, _ = response_logprobs(model, batch, pack=pack)
-        surrogate_like_loss(got, batch).backward()
-        torch.testing.assert_close(got, expected, rtol=0, atol=2e-5)
-        for name, param in model.named_parameters():
-            torch.testing.assert_close(param.grad, expected_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+        assert_same_logprobs_and_gradients(model, batch, lambda m, b, pack=pack: response_logprobs(m, b, pack=pack)[0])

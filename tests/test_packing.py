@@ -117,6 +117,21 @@ def surrogate_like_loss(logprobs: torch.Tensor, batch: RolloutBatch) -> torch.Te
     return (logprobs.exp() * weights * batch.response_mask).sum() / batch.response_mask.sum()
 
 
+def assert_same_logprobs_and_gradients(model, batch: RolloutBatch, compute) -> None:
+    """``compute(model, batch)`` gives the unpacked full-logits log-probs, and the same gradients of a
+    surrogate-like loss, to fp32 tolerance."""
+    model.zero_grad()
+    expected = reference_logprobs(model, batch)
+    surrogate_like_loss(expected, batch).backward()
+    expected_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    got = compute(model, batch)
+    surrogate_like_loss(got, batch).backward()
+    torch.testing.assert_close(got, expected, rtol=0, atol=2e-5)
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, expected_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_packed_logprobs_and_gradients_equal_unpacked(tiny_policy, attn):
     from lite_ppo.policy_forward import response_logprobs
@@ -166,12 +181,4 @@ def test_packed_equals_unpacked_on_qwen3(_model_cache):
 
     model = AutoModelForCausalLM.from_pretrained(resolve_model("builtin:tiny-qwen3"), dtype=torch.float32).train()
     batch = make_batch([5, 9], [3, 2], [6, 2, 8, 3, 5], vocab=model.config.vocab_size, seed=8)
-    expected = reference_logprobs(model, batch)
-    surrogate_like_loss(expected, batch).backward()
-    expected_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    got, _ = response_logprobs(model, batch, pack=True)
-    surrogate_like_loss(got, batch).backward()
-    torch.testing.assert_close(got, expected, rtol=0, atol=2e-5)
-    for name, param in model.named_parameters():
-        torch.testing.assert_close(param.grad, expected_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    assert_same_logprobs_and_gradients(model, batch, lambda m, b: response_logprobs(m, b, pack=True)[0])
