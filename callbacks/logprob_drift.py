@@ -52,7 +52,7 @@ class LogprobDrift(Technique):
                 self._warned = True
             return
         sums = drift_sums(batch.old_logprobs, batch.engine_logprobs, batch.response_mask)
-        # drift_statistics' definitions as token-weighted means, reduced with the step's other scalars.
+        # Token-weighted means of the sums, reduced over ranks with the step's other scalars.
         for name, total in (("mean_abs_diff", "abs_diff"), ("mean_diff", "diff"), ("kl_k3", "k3")):
             metrics.mean(f"drift/{name}", sums[total], sums["tokens"])
         metrics.max("drift/max_abs_diff", sums["max_abs_diff"])

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from conftest import fit_one_batch
 from lite_ppo.callbacks import LogprobDrift, Rollout, TruncatedImportanceSampling
 from lite_ppo.module import LitePPO
-from lite_ppo.ops.drift import MAX_LOG_RATIO, drift_statistics, drift_sums, logprob_drift, truncated_importance_weights
+from lite_ppo.ops.drift import MAX_LOG_RATIO, drift_sums, truncated_importance_weights
 from lite_ppo.ops.kl import kl_estimate
 from lite_ppo.ranks import Ranks
 from lite_ppo.rollout.batch import RolloutBatch
@@ -38,25 +38,24 @@ def _k3(d: float) -> float:
 
 
 # -- ops -----------------------------------------------------------------------------------------------
-def test_drift_statistics_by_hand():
-    s = logprob_drift(TRAINER, ENGINE, MASK)
-    assert float(s["mean_abs_diff"]) == pytest.approx(sum(abs(d) for d in D) / 5)  # 1.2 / 5
-    assert float(s["max_abs_diff"]) == pytest.approx(0.5)
-    assert float(s["mean_diff"]) == pytest.approx(sum(D) / 5)
-    assert float(s["kl_k3"]) == pytest.approx(sum(_k3(d) for d in D) / 5)
-    assert all(torch.isfinite(v) for v in s.values()), "padding must not leak into the statistics"
+def test_drift_sums_by_hand():
     sums = drift_sums(TRAINER, ENGINE, MASK)
-    assert float(sums["tokens"]) == 5 and float(sums["abs_diff"]) == pytest.approx(1.2)
+    assert float(sums["tokens"]) == 5 and float(sums["abs_diff"]) == pytest.approx(sum(abs(d) for d in D))  # 1.2
+    assert float(sums["diff"]) == pytest.approx(sum(D)) and float(sums["max_abs_diff"]) == pytest.approx(0.5)
+    assert float(sums["k3"]) == pytest.approx(sum(_k3(d) for d in D))
+    assert all(torch.isfinite(v) for v in sums.values()), "padding must not leak into the sums"
 
 
-def test_drift_sums_add_over_parts_like_one_batch():
-    """What the callback does over data-parallel ranks: add the sums, max the max."""
-    whole = logprob_drift(TRAINER, ENGINE, MASK)
-    parts = [drift_sums(TRAINER[i : i + 1], ENGINE[i : i + 1], MASK[i : i + 1]) for i in range(2)]
-    summed = {k: parts[0][k] + parts[1][k] for k in ("tokens", "abs_diff", "diff", "k3")}
-    summed["max_abs_diff"] = torch.maximum(parts[0]["max_abs_diff"], parts[1]["max_abs_diff"])
-    for name, value in drift_statistics(summed).items():
-        assert float(value) == pytest.approx(float(whole[name]))
+def test_drift_recorded_in_parts_equals_one_batch():
+    """What several micro-batches or ranks do: each records its sums, the step divides once."""
+    whole, parts = StepMetrics(), StepMetrics()
+    LogprobDrift().observe_old_logprobs(None, None, _batch_with_logprobs(), whole)
+    for row in range(2):
+        LogprobDrift().observe_old_logprobs(None, None, _batch_with_logprobs().select(torch.tensor([row])), parts)
+    expected, got = whole.compute(Ranks(None)), parts.compute(Ranks(None))
+    assert set(got) == set(expected) == {"drift/mean_abs_diff", "drift/max_abs_diff", "drift/mean_diff", "drift/kl_k3"}
+    for name, value in expected.items():
+        assert float(got[name]) == pytest.approx(float(value))
 
 
 def k3_kl(trainer: torch.Tensor, engine: torch.Tensor) -> torch.Tensor:
@@ -125,7 +124,7 @@ def test_equal_logprobs_give_weights_exactly_one():
 
 def test_shape_mismatch_and_bad_cap_are_errors():
     with pytest.raises(ValueError, match="shape mismatch"):
-        logprob_drift(TRAINER, ENGINE[:, :2], MASK)
+        drift_sums(TRAINER, ENGINE[:, :2], MASK)
     with pytest.raises(ValueError, match="cap"):
         truncated_importance_weights(TRAINER, ENGINE, MASK, cap=0.0)
     with pytest.raises(ValueError, match="cap"):

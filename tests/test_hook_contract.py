@@ -45,7 +45,9 @@ class Fine(Technique):
 
 
 def test_misspelt_and_retired_hooks_are_refused_naming_them():
-    with pytest.raises(UserError, match=r"Misspelt.on_advantage is not a hook"):
+    with pytest.raises(
+        UserError, match=r"Misspelt.on_advantage is not a hook.*did you mean loss_mask \(return the mask\)\?"
+    ):
         check_hook_names([Fine(), Misspelt()])
     with pytest.raises(UserError, match=r"NearMiss.token_weight is not a hook.*did you mean token_weights\?"):
         check_hook_names([NearMiss()])
@@ -55,7 +57,13 @@ def test_misspelt_and_retired_hooks_are_refused_naming_them():
     assert {"shape_rewards", "loss_mask", "token_weights", "extra_loss_terms", "on_update_end"} <= set(TECHNIQUE_HOOKS)
 
 
-def test_a_misspelt_hook_fails_the_fit_at_start(tmp_path):
+def test_a_misspelt_hook_fails_the_fit_before_the_model_loads(tmp_path, monkeypatch):
+    from lite_ppo import LitePPO
+
+    def no_weights(self):
+        raise AssertionError("configure_model ran: the check must come before the weights load")
+
+    monkeypatch.setattr(LitePPO, "configure_model", no_weights)
     with pytest.raises(UserError, match="Misspelt.on_advantage"):
         _fit_constructed(tmp_path, Misspelt())
 

@@ -60,7 +60,9 @@ def test_token_budget_micro_batches_keep_the_update_and_the_budget(tiny_model_pa
     )
     count = _step(tiny_model_path, _batch(), num_mini_batches=1, pack_prompts=False, micro_batch_size=3)
     _assert_same_update(*budget, *count)
-    # Every pass within 20 positions (the longest row alone is 4 + 4 = 8), all 8 rows scored.
-    assert sizes.sizes and max(sizes.sizes) <= 20 and len(sizes.sizes) >= 3
+    # By hand: (prompt, response) per row (2,5) (2,1) (4,3) (4,4) (3,2) (3,5) (2,3) (2,1); longest first,
+    # greedily while rows x (longest prompt + longest response) <= 20: rows {3,5} 2x(4+5), {0,2} 2x(4+5),
+    # {6,4,1} 3x(3+3), {7} 1x(2+1). Each pass is trimmed to exactly that.
+    assert sizes.sizes == [18, 18, 18, 3]
     # Sorted by length, the budget wastes less than a fixed count of 3 rows padded to the longest.
     assert budget[1].scalars["update/padding_efficiency"] > count[1].scalars["update/padding_efficiency"]

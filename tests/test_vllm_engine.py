@@ -257,6 +257,33 @@ def test_n_samples_per_prompt_in_prompt_order(world):
             assert (lp - torch.tensor(gen.logprobs)).abs().max().item() < LOGPROB_ATOL
 
 
+# Before any test that builds and closes another engine: closing one tears down vLLM's process-wide
+# parallel state, which the module's shared engine needs.
+def test_partial_top_k_top_p_is_what_generation_uses_and_draws_the_same_tokens(world, monkeypatch):
+    """With top-k and top-p on, generation goes through the partial mask, and the same seed draws the
+    same tokens as vLLM's own sort-based mask (the kept sets are equal; the noise does not depend on them)."""
+    from lite_ppo.rollout import vllm_sampling
+
+    engine, prompts = world["engine"], world["prompts"]
+    _use(world, "stepped")
+    calls = []
+    real = vllm_sampling.top_k_top_p_mask_partial
+    monkeypatch.setattr(vllm_sampling, "top_k_top_p_mask_partial", lambda *args: calls.append(1) or real(*args))
+    sampling = SamplingConfig(n=3, temperature=1.0, top_p=0.9, top_k=20, max_new_tokens=8)
+    try:
+        engine.partial_top_k_top_p = True
+        fast = engine.generate(prompts, sampling, seed=4)
+        used = len(calls)
+        engine.partial_top_k_top_p = False
+        slow = engine.generate(prompts, sampling, seed=4)
+    finally:
+        engine.partial_top_k_top_p = True
+    assert used > 0 and len(calls) == used  # every decode step of the first call, none of the second
+    tokens = lambda groups: [[g.token_ids for g in group] for group in groups]
+    assert tokens(fast) == tokens(slow)
+    assert len({tuple(t) for group in tokens(fast) for t in group}) > len(prompts)  # really sampled
+
+
 def test_bucket_plan_keeps_blocks_whole(world, monkeypatch):
     """The buckets the engine's sync really pushes: every state_dict entry (tied lm_head included),
     no transformer block split across buckets (vLLM fuses a block's projections)."""

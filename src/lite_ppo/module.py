@@ -180,6 +180,11 @@ class LitePPO(LightningModule):
         # weights have loaded yet (lite_ppo.preflight says what is checked).
         if stage == "fit":
             check_fit_settings(self.trainer, self)
+            # The technique list is known now too: a misspelt hook or no / two advantage estimators
+            # fail here, naming the techniques, before the weights load.
+            techniques = techniques_of(self.trainer)
+            check_hook_names(techniques)
+            self._estimator = advantage_estimator(techniques)
 
     def configure_model(self) -> None:
         if self.policy is not None:
@@ -217,9 +222,6 @@ class LitePPO(LightningModule):
 
     def on_fit_start(self) -> None:
         techniques = techniques_of(self.trainer)
-        # Fail at start, naming the techniques, rather than at the first step.
-        check_hook_names(techniques)
-        self._estimator = advantage_estimator(techniques)
         self.loss_config = build_loss_config(
             PolicyLossConfig(clip_low=self.hparams.clip_eps, clip_high=self.hparams.clip_eps), techniques
         )

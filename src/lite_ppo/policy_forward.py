@@ -26,7 +26,7 @@ import torch
 
 from lite_ppo.ops.chunked_logprobs import masked_chunked_logprobs_and_entropy
 from lite_ppo.ops.logprobs import entropy_from_logits, logprobs_from_logits
-from lite_ppo.ops.micro_batches import real_token_span, token_budget_micro_batches
+from lite_ppo.ops.micro_batches import padded_cost, real_token_span, token_budget_micro_batches
 from lite_ppo.ops.packing import group_rows, pack_shared_prompts, packed_lengths
 from lite_ppo.rollout.batch import RolloutBatch
 
@@ -213,19 +213,24 @@ def plan_micro_batches(
             packed_lengths(batch.attention_mask, batch.prompt_width, batch.group_ids), max_tokens
         )
         return [torch.cat([groups[g] for g in unit.tolist()]).sort().values for unit in units]
-    real = batch.attention_mask.bool()
-    lengths = torch.stack([real[:, : batch.prompt_width].sum(-1), real[:, batch.prompt_width :].sum(-1)], dim=1)
-    return token_budget_micro_batches(lengths, max_tokens)
+    return token_budget_micro_batches(_prompt_and_response_lengths(batch), max_tokens)
 
 
 def forward_token_counts(batch: RolloutBatch, pack: bool = False) -> tuple[int, int]:
     """``(real, processed)`` token positions of one forward over ``trim_padding(batch)``.
 
     Real: the distinct tokens (a group's prompt once when ``pack``). Processed: what the forward
-    pays, padding included (packed rows padded to the longest one, or rows x trimmed width).
+    pays, padding included: the packed rows padded to the longest one, or each row padded to the
+    longest prompt plus the longest response (``ops.padded_cost``).
     """
     if pack:
         lengths = packed_lengths(batch.attention_mask, batch.prompt_width, batch.group_ids)
-        return int(lengths.sum()), int(lengths.numel() * lengths.max()) if lengths.numel() else 0
-    trimmed = trim_padding(batch)
-    return int(trimmed.attention_mask.sum()), int(trimmed.attention_mask.numel())
+    else:
+        lengths = _prompt_and_response_lengths(batch)
+    return int(lengths.sum()), padded_cost(lengths)
+
+
+def _prompt_and_response_lengths(batch: RolloutBatch) -> torch.Tensor:
+    """[B, 2] real prompt and response tokens per row: the two segments the layout pads separately."""
+    real = batch.attention_mask.bool()
+    return torch.stack([real[:, : batch.prompt_width].sum(-1), real[:, batch.prompt_width :].sum(-1)], dim=1)

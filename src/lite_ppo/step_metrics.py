@@ -57,9 +57,6 @@ class StepMetrics:
         # Kept as a maximum of -value so that one gather serves both.
         self.max(f"{name}#neg", -torch.as_tensor(value, dtype=torch.float64))
 
-    def __contains__(self, name: str) -> bool:
-        return name in self._ratios or name in self._sums or name in self._maxima or f"{name}#neg" in self._maxima
-
     def compute(self, ranks: Ranks) -> dict[str, torch.Tensor]:
         """The step's values over all ranks (float32 scalars), and reset for the next step."""
         out: dict[str, torch.Tensor] = {}

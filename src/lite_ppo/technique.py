@@ -7,7 +7,7 @@ result never depends on the order of the callbacks; the batch a hook receives is
 module and the rollout callback build the next batch with :func:`dataclasses.replace`). Built-in
 techniques (``lite_ppo.callbacks``) use exactly this contract; a user's technique in their own
 file does too. A method of a technique that looks like a hook but is not one (``on_advantage``)
-is refused at fit start (:func:`check_hook_names`).
+is refused before any weights load (:func:`check_hook_names`, in the module's ``setup``).
 
 Order within one training step::
 
@@ -238,9 +238,11 @@ def check_hook_names(techniques: list[Technique]) -> None:
                         f"{type(technique).__name__}.{name} is no longer a hook: use {_REPLACED[name]} "
                         "(see lite_ppo.technique)"
                     )
-                close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
+                close = difflib.get_close_matches(name, sorted(known | set(_REPLACED)), n=1, cutoff=0.85)
                 if name.startswith("on_") or close:
-                    hint = f"did you mean {close[0]}? " if close else ""
+                    hint = ""
+                    if close:  # a retired hook's name is pointed at what replaced it
+                        hint = f"did you mean {_REPLACED[close[0]] if close[0] in _REPLACED else close[0]}? "
                     raise UserError(
                         f"{type(technique).__name__}.{name} is not a hook and would never run: {hint}"
                         f"technique hooks: {', '.join(TECHNIQUE_HOOKS)} (rename it, or prefix a helper with _)"

@@ -9,7 +9,6 @@ from lite_ppo.ops.chunked_logprobs import chunked_logprobs_and_entropy, masked_c
 from lite_ppo.ops.logprobs import entropy_from_logits, logprobs_from_logits
 from lite_ppo.ops.micro_batches import (
     padded_cost,
-    padding_efficiency,
     real_token_span,
     split_to_count,
     token_budget_micro_batches,
@@ -27,7 +26,6 @@ __all__ = [
     "packed_attention_mask",
     "packed_lengths",
     "padded_cost",
-    "padding_efficiency",
     "real_token_span",
     "split_to_count",
     "token_budget_micro_batches",

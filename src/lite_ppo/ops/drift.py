@@ -8,7 +8,8 @@ log-probs of the *sampled* tokens, masked by ``mask`` (the response tokens). Wri
 
 for a token o_t the engine sampled, i.e. o_t ~ pi_engine.
 
-Drift (:func:`drift_sums`, :func:`drift_statistics`):
+Drift (:func:`drift_sums`: sums to divide once they are added over micro-batches and ranks; the
+``LogprobDrift`` callback records them as token-weighted means in the step's metrics):
 
 - mean |d_t| and max |d_t| over the masked tokens, and the signed mean of d_t;
 - a KL estimate with Schulman's k3 estimator ("Approximating KL divergence", 2020):
@@ -60,6 +61,11 @@ def drift_sums(
 ) -> dict[str, torch.Tensor]:
     """Sums over the masked tokens, to be added over micro-batches or ranks before dividing.
 
+    Example:
+        >>> s = drift_sums(torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -2.0]]), torch.ones(1, 2))
+        >>> float(s["abs_diff"] / s["tokens"]), float(s["max_abs_diff"])
+        (0.25, 0.5)
+
     Returns float64 scalars: ``tokens`` (count), ``abs_diff`` (sum |d|), ``diff`` (sum d),
     ``k3`` (sum of k3), and ``max_abs_diff`` (max |d|, 0 when no token is masked in).
     """
@@ -74,31 +80,6 @@ def drift_sums(
         "k3": k3.sum(),
         "max_abs_diff": d.abs().max() if d.numel() else torch.zeros((), dtype=torch.float64),
     }
-
-
-def drift_statistics(sums: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Means from :func:`drift_sums` (possibly summed over ranks): ``mean_abs_diff``,
-    ``max_abs_diff``, ``mean_diff`` (signed: > 0 when the trainer is more confident) and ``kl_k3``."""
-    tokens = sums["tokens"].clamp(min=1)
-    return {
-        "mean_abs_diff": sums["abs_diff"] / tokens,
-        "max_abs_diff": sums["max_abs_diff"],
-        "mean_diff": sums["diff"] / tokens,
-        "kl_k3": sums["k3"] / tokens,
-    }
-
-
-def logprob_drift(
-    trainer_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, mask: torch.Tensor
-) -> dict[str, torch.Tensor]:
-    """Drift statistics of one batch: :func:`drift_statistics` of :func:`drift_sums`.
-
-    Example:
-        >>> s = logprob_drift(torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -2.0]]), torch.ones(1, 2))
-        >>> float(s["mean_abs_diff"]), float(s["max_abs_diff"])
-        (0.25, 0.5)
-    """
-    return drift_statistics(drift_sums(trainer_logprobs, engine_logprobs, mask))
 
 
 def truncated_importance_weights(

@@ -14,15 +14,13 @@ Example:
     >>> lengths = torch.tensor([5, 100, 7, 90, 6])
     >>> [b.tolist() for b in token_budget_micro_batches(lengths, max_tokens=200)]
     [[1, 3], [0, 2, 4]]
-    >>> padding_efficiency(real_tokens=198, processed_tokens=200)
-    0.99
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["padded_cost", "padding_efficiency", "real_token_span", "split_to_count", "token_budget_micro_batches"]
+__all__ = ["padded_cost", "real_token_span", "split_to_count", "token_budget_micro_batches"]
 
 
 def padded_cost(lengths: torch.Tensor) -> int:
@@ -73,12 +71,6 @@ def token_budget_micro_batches(lengths: torch.Tensor, max_tokens: int) -> list[t
     if current:
         batches.append(current)
     return [torch.tensor(sorted(b), dtype=torch.long) for b in batches]
-
-
-def padding_efficiency(real_tokens: int | float | torch.Tensor, processed_tokens: int | float | torch.Tensor) -> float:
-    """Real tokens / processed (padded) tokens, in [0, 1]; 1.0 when nothing was processed."""
-    real, processed = float(real_tokens), float(processed_tokens)
-    return 1.0 if processed == 0 else real / processed
 
 
 def real_token_span(attention_mask: torch.Tensor, prompt_width: int) -> tuple[int, int]:
