@@ -389,12 +389,14 @@ def print_table(data: dict[str, Any], workload: str, warmup: int) -> None:
             f"  {label}: {s['runs']} run(s), {s['steps_used']} steady-state steps; "
             f"{' '.join(series[label]['signature']['configs'])} {extra}"
         )
-    print(f"{header[0]:<{width}}" + "".join(f"{h:>14}" for h in header[1:]))
+    columns = [max(14, len(h) + 2) for h in header[1:]]  # a long label widens its column, never runs into the next
+    print(f"{header[0]:<{width}}" + "".join(f"{h:>{w}}" for h, w in zip(header[1:], columns)))
+    label_widths, ratio_widths = columns[: len(labels)], columns[len(labels) :]
     for key, title, fmt, compare in ROWS:
-        cells = [_cell(sums[label].get(key), fmt, 14) for label in labels]
+        cells = [_cell(sums[label].get(key), fmt, w) for label, w in zip(labels, label_widths)]
         ratios = [
-            _cell(_ratio(sums[label].get(key), sums[labels[0]].get(key)), "{:.2f}", 14) if compare else " " * 14
-            for label in labels[1:]
+            _cell(_ratio(sums[label].get(key), sums[labels[0]].get(key)), "{:.2f}", w) if compare else " " * w
+            for label, w in zip(labels[1:], ratio_widths)
         ]
         print(f"{title:<{width}}" + "".join(cells) + "".join(ratios))
 

@@ -10,7 +10,8 @@ computes hidden states and scores them chunk-wise) sees each forward's inputs:
   matmuls run over;
 - *real* tokens: the positions that are not padding: ``attention_mask.sum()`` for a 2-D mask; for
   a 4-D (block) mask the positions that attend to, or are attended by, another position (padding
-  attends to itself only); all positions without a mask (packed sequences told apart by
+  attends to itself only); for packed groups run by blocks (a ``shared_prompt_layout`` argument)
+  the layout's real positions; all positions without a mask (packed sequences told apart by
   ``position_ids``) or with a mask it cannot read (flex ``BlockMask``).
 
 A forward with gradient counts for the training update; one without gradient outside generation
@@ -117,6 +118,9 @@ def forward_token_counts(args: tuple, kwargs: dict) -> tuple[int, int]:
         embeds = kwargs["inputs_embeds"]
         batch, length = embeds.shape[0], embeds.shape[1]
     processed = int(batch * length)
+    layout = kwargs.get("shared_prompt_layout")  # packed rows run by blocks: the layout lists their real positions
+    if layout is not None:
+        return processed, int(layout.real_positions.numel())
     return processed, _real_positions(kwargs.get("attention_mask"), processed, length)
 
 

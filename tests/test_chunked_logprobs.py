@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from lite_ppo.ops import (
     chunked_logprobs_and_entropy,
@@ -37,6 +38,49 @@ def test_values_and_gradients_equal_full_logits(chunk_size):
     # float32 rounding of two different summation orders: tolerance relative to the gradient's scale
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6 * e.abs().max().item())
+
+
+@pytest.mark.parametrize("chunk_size", [3, 100])
+def test_second_backward_recomputes_the_kept_chunk(chunk_size):
+    """The last chunk's log-softmax is kept from forward for the first backward only; a second
+    backward over the retained graph recomputes it and gives the same gradients."""
+    gen = torch.Generator().manual_seed(2)
+    hidden = torch.randn(7, 16, generator=gen, requires_grad=True)
+    weight = torch.randn(50, 16, generator=gen, requires_grad=True)
+    targets = torch.randint(0, 50, (7,), generator=gen)
+    lp, ent = chunked_logprobs_and_entropy(hidden, weight, targets, 0.9, chunk_size)
+    loss = (lp * torch.arange(7.0)).sum() + ent.sum()
+    first = torch.autograd.grad(loss, (hidden, weight), retain_graph=True)
+    second = torch.autograd.grad(loss, (hidden, weight))
+    lp_ref, ent_ref = full_reference(hidden, weight, targets, 0.9)
+    expected = torch.autograd.grad((lp_ref * torch.arange(7.0)).sum() + ent_ref.sum(), (hidden, weight))
+    for a, b, e in zip(first, second, expected):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-6 * e.abs().max().item())
+
+
+@pytest.mark.parametrize(("n", "chunk_size", "projections"), [(7, 100, 1), (7, 7, 1), (7, 3, 5)])
+def test_lm_head_projections_per_forward_and_backward(n, chunk_size, projections):
+    """Forward projects every chunk once; backward recomputes all chunks but the last, whose
+    log-softmax it kept: ceil(n / c) + ceil(n / c) - 1 projections (1 when one chunk holds all)."""
+    gen = torch.Generator().manual_seed(3)
+    hidden = torch.randn(n, 16, generator=gen, requires_grad=True)
+    weight = torch.randn(50, 16, generator=gen, requires_grad=True)
+    targets = torch.randint(0, 50, (n,), generator=gen)
+    calls = []
+
+    class Count(TorchDispatchMode):  # sees the ops inside the autograd Function and its backward
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            # The projection is [c, H] @ [H, V] (the weight's transpose); the gradient matmuls
+            # are [c, V] @ [V, H] and [V, c] @ [c, H].
+            if func is torch.ops.aten.mm.default and args[1].shape == (16, 50):
+                calls.append(args[0].shape[0])
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        lp, ent = chunked_logprobs_and_entropy(hidden, weight, targets, 1.0, chunk_size)
+        (lp.sum() + ent.sum()).backward()
+    assert len(calls) == projections, calls
 
 
 def test_gradcheck_float64():

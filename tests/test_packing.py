@@ -182,3 +182,36 @@ def test_packed_equals_unpacked_on_qwen3(_model_cache):
     model = AutoModelForCausalLM.from_pretrained(resolve_model("builtin:tiny-qwen3"), dtype=torch.float32).train()
     batch = make_batch([5, 9], [3, 2], [6, 2, 8, 3, 5], vocab=model.config.vocab_size, seed=8)
     assert_same_logprobs_and_gradients(model, batch, lambda m, b: response_logprobs(m, b, pack=True)[0])
+
+
+def test_packed_forward_runs_block_attention_and_restores_the_model(tiny_policy, monkeypatch):
+    """Without gradient checkpointing every layer's attention is the block one (no [L, L] mask),
+    and the model's own implementation is back afterwards."""
+    import lite_ppo.policy_forward as policy_forward
+    from lite_ppo.ops import shared_prompt_attention as original
+
+    calls = []
+
+    def spy(query, key, value, layout, scale=None):
+        calls.append(query.shape)
+        return original(query, key, value, layout, scale)
+
+    monkeypatch.setattr(policy_forward, "shared_prompt_attention", spy)
+    batch = make_batch([4, 6], [2, 3], [3, 6, 2, 5, 4], vocab=tiny_policy.config.vocab_size, seed=2)
+    policy_forward.response_logprobs(tiny_policy, batch, pack=True)
+    assert len(calls) == tiny_policy.config.num_hidden_layers
+    assert tiny_policy.config._attn_implementation == "sdpa"
+
+
+def test_packed_with_gradient_checkpointing_equals_unpacked(tiny_policy):
+    """Checkpointed layers re-run in backward with the model's own attention: the packed forward
+    then uses the dense packed mask, and log-probs and gradients still equal the unpacked ones."""
+    from lite_ppo.policy_forward import response_logprobs
+
+    tiny_policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    try:
+        batch = make_batch([7, 3], [3, 2], [5, 9, 1, 4, 8], vocab=tiny_policy.config.vocab_size, seed=3)
+        assert_same_logprobs_and_gradients(tiny_policy, batch, lambda m, b: response_logprobs(m, b, pack=True)[0])
+    finally:
+        tiny_policy.gradient_checkpointing_disable()
+        tiny_policy.zero_grad()

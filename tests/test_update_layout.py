@@ -66,3 +66,18 @@ def test_token_budget_micro_batches_keep_the_update_and_the_budget(tiny_model_pa
     assert sizes.sizes == [18, 18, 18, 3]
     # Sorted by length, the budget wastes less than a fixed count of 3 rows padded to the longest.
     assert budget[1].scalars["update/padding_efficiency"] > count[1].scalars["update/padding_efficiency"]
+
+
+@pytest.mark.parametrize(("split", "sizes"), [("group", [20, 22]), ("row", [28, 32])])
+def test_group_mini_batches_compute_each_prompt_once_per_update(tiny_model_path, split, sizes):
+    forwards = ForwardSizes()
+    module, _ = _step(
+        tiny_model_path, _batch(), num_mini_batches=2, micro_batch_size=8, mini_batch_split=split, extra=[forwards]
+    )
+    # Packed rows (prompt once + the mini-batch's responses of the group), padded to the longest.
+    # group: groups {0, 2} then {1, 3}: 2+5+1, 3+2+5 -> 2 x 10; 4+3+4, 2+3+1 -> 2 x 11. Each prompt
+    # appears once in the update.
+    # row: rows {0, 2, 4, 6} then {1, 3, 5, 7}, one response of every group in each:
+    # 2+5, 4+3, 3+2, 2+3 -> 4 x 7; 2+1, 4+4, 3+5, 2+1 -> 4 x 8. Every prompt appears twice.
+    assert forwards.sizes == sizes
+    assert module.policy_version == 2

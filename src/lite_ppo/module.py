@@ -17,12 +17,14 @@ from lite_ppo import metric_names as names
 from lite_ppo.errors import UserError
 from lite_ppo.models import load_causal_lm, load_tokenizer, resolve_model
 from lite_ppo.ops import (
+    MINI_BATCH_SPLITS,
     aggregate_loss,
     aggregation_denominator,
     clip_fractions,
     clipped_surrogate,
     entropy_from_logits,
     logprobs_from_logits,
+    mini_batch_rows,
     split_to_count,
 )
 from lite_ppo.policy_forward import (
@@ -90,6 +92,11 @@ class LitePPO(LightningModule):
         clip_eps: the symmetric clip of the base algorithm, and the one source of the lower clip;
             a Clip-Higher technique may widen the upper side.
         num_mini_batches: optimizer steps per rollout batch (each rank's batch divides into this many).
+        mini_batch_split: ``row`` (default): response i to mini-batch ``i % num_mini_batches``, a
+            slice of every group in each; ``group``: whole groups per mini-batch, group k to
+            mini-batch ``k % num_mini_batches`` (each prompt computed once per update when packing,
+            a group's advantages zero-mean within each step; falls back to ``row`` when the groups
+            on a rank do not divide). See ``ops.mini_batch_rows``.
         micro_batch_size: responses per forward/backward pass (memory bound, no effect on the math).
         micro_batch_tokens: instead of a count, a budget of token positions per forward/backward
             pass: each mini-batch's responses (whole groups with ``pack_prompts``) are sorted by
@@ -137,6 +144,7 @@ class LitePPO(LightningModule):
         max_grad_norm: float | None = 1.0,
         clip_eps: float = 0.2,
         num_mini_batches: int = 4,
+        mini_batch_split: Literal["row", "group"] = "row",
         micro_batch_size: int = 8,
         micro_batch_tokens: int | None = None,
         pack_prompts: bool = True,
@@ -160,6 +168,8 @@ class LitePPO(LightningModule):
             )
         if logprob_chunk_size is not None and logprob_chunk_size < 1:
             raise UserError(f"model.logprob_chunk_size={logprob_chunk_size}: must be >= 1, or null for full logits")
+        if mini_batch_split not in MINI_BATCH_SPLITS:
+            raise UserError(f"model.mini_batch_split={mini_batch_split!r}: choose group or row")
         if old_logprobs not in ("reuse_first", "recompute", "engine"):
             raise UserError(f"model.old_logprobs={old_logprobs!r}: choose reuse_first, recompute or engine")
         self.save_hyperparameters()
@@ -301,17 +311,14 @@ class LitePPO(LightningModule):
             if callable(on_phase):
                 on_phase(self._trainer, self)
 
-    def mini_batches(self, num_responses: int) -> list[torch.Tensor]:
-        """Row indices of each mini-batch: row i goes to mini-batch ``i % num_mini_batches``.
+    def mini_batches(self, rollout: RolloutBatch) -> list[torch.Tensor]:
+        """Row indices of each mini-batch (``model.mini_batch_split``, see ``ops.mini_batch_rows``).
 
-        Strided rather than contiguous so that, when every rank holds an equal contiguous share of
-        the global batch (a multiple of ``num_mini_batches`` rows), the union over ranks of each
-        rank's mini-batch j is exactly mini-batch j of a single-process run on the whole batch.
+        Strided (by group or by row) rather than contiguous so that, when every rank holds an equal
+        contiguous share of the global batch, the union over ranks of each rank's mini-batch j is
+        exactly mini-batch j of a single-process run on the whole batch.
         """
-        m = self.hparams.num_mini_batches
-        if num_responses % m:
-            raise ValueError(f"the rollout batch has {num_responses} responses, not divisible by num_mini_batches={m}")
-        return [torch.arange(j, num_responses, m) for j in range(m)]
+        return mini_batch_rows(rollout.group_ids.cpu(), self.hparams.num_mini_batches, self.hparams.mini_batch_split)
 
     def forward_logits(self, batch: RolloutBatch, model: torch.nn.Module | None = None) -> torch.Tensor:
         """Logits [b, R, V] predicting each response token, divided by the sampling temperature.
@@ -351,7 +358,7 @@ class LitePPO(LightningModule):
         if source == "recompute":
             return self.sequence_logprobs(rollout)
         old = torch.zeros_like(rollout.response_mask, dtype=torch.float32)
-        later = torch.cat(self.mini_batches(rollout.num_responses)[1:]) if self.hparams.num_mini_batches > 1 else None
+        later = torch.cat(self.mini_batches(rollout)[1:]) if self.hparams.num_mini_batches > 1 else None
         if later is not None:
             old[later] = self.sequence_logprobs(rollout.select(later))
         return old
@@ -431,7 +438,7 @@ class LitePPO(LightningModule):
         cfg = self.loss_config
         ranks = Ranks(self._trainer)
         guard = divergence_guard_of(self.trainer)  # skips optimizer steps with a non-finite loss or grad norm
-        mini_batches = self.mini_batches(rollout.num_responses)
+        mini_batches = self.mini_batches(rollout)
         old_logprobs = rollout.old_logprobs.clone()
         for k, mb_idx in enumerate(mini_batches):
             self.report_phase("updating", k + 1, len(mini_batches))
@@ -517,7 +524,7 @@ class LitePPO(LightningModule):
             f"(> engine_logprob_tolerance={self.hparams.engine_logprob_tolerance:g}); this step uses the trainer's own"
         )
         if self.hparams.num_mini_batches > 1:
-            later = torch.cat(self.mini_batches(rollout.num_responses)[1:])
+            later = torch.cat(self.mini_batches(rollout)[1:])
             old_logprobs[later] = self.sequence_logprobs(rollout.select(later))
         return "reuse_first"
 

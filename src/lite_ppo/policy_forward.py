@@ -4,7 +4,10 @@ The thin model-facing side of three pure ops (``lite_ppo.ops``):
 
 - :func:`response_hidden_states`: the decoder's final hidden states at the positions predicting each
   response token, in the rollout layout (left-padded prompt, right-padded response), or packed
-  (``pack=True``: each group's prompt once, see ``ops.pack_shared_prompts``).
+  (``pack=True``: each group's prompt once, see ``ops.pack_shared_prompts``). Packed rows run their
+  attention by blocks (``ops.shared_prompt_attention``, registered with transformers'
+  ``AttentionInterface`` for the duration of the forward), or, under gradient checkpointing (whose
+  backward re-runs the layers with the model's own attention), with the dense packed mask.
 - :func:`response_logprobs`: per-token log-probs and entropy from those hidden states and the
   lm_head weight, one chunk of tokens at a time (``ops.masked_chunked_logprobs_and_entropy``), so no
   [b, R, V] logits stay alive.
@@ -20,13 +23,17 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import fields, replace
 
 import torch
+from transformers import AttentionInterface
 
 from lite_ppo.ops.chunked_logprobs import masked_chunked_logprobs_and_entropy
 from lite_ppo.ops.logprobs import entropy_from_logits, logprobs_from_logits
 from lite_ppo.ops.micro_batches import padded_cost, real_token_span, token_budget_micro_batches
+from lite_ppo.ops.packed_attention import SharedPromptLayout, shared_prompt_attention, shared_prompt_layout
 from lite_ppo.ops.packing import group_rows, pack_shared_prompts, packed_lengths
 from lite_ppo.rollout.batch import RolloutBatch
 
@@ -75,19 +82,60 @@ def output_head_weight(model: torch.nn.Module) -> torch.Tensor | None:
     return head.weight
 
 
-def _packed_attention_mask(allowed: torch.Tensor, attn_implementation: str | None, dtype: torch.dtype) -> torch.Tensor:
+SHARED_PROMPT_ATTENTION = "lite_ppo_shared_prompt"
+
+
+def _dense_packed_mask(allowed: torch.Tensor, attn_implementation: str | None, dtype: torch.dtype) -> torch.Tensor:
     """The 4-D mask in the form the model's attention takes; transformers passes a 4-D mask through unchanged."""
     if attn_implementation == "sdpa":
         return allowed  # sdpa reads a bool mask as "may attend" (a little faster than an additive one)
-    if attn_implementation in (None, "eager"):
-        # eager adds the mask to the scores: 0 where allowed, the dtype's minimum elsewhere.
-        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
-            ~allowed, torch.finfo(dtype).min
+    # eager adds the mask to the scores: 0 where allowed, the dtype's minimum elsewhere.
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, torch.finfo(dtype).min)
+
+
+def _shared_prompt_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    shared_prompt_layout: SharedPromptLayout | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """A transformers attention implementation (``AttentionInterface``) running
+    ``ops.shared_prompt_attention`` on the layout the packed forward passes in its kwargs."""
+    unsupported = {
+        name: setting
+        for name, setting in (
+            ("dropout", dropout),
+            ("sliding_window", kwargs.get("sliding_window")),
+            ("softcap", kwargs.get("softcap")),
+            ("s_aux", kwargs.get("s_aux")),
         )
-    raise ValueError(
-        "shared-prompt packing needs a dense 4-D attention mask: attn_implementation 'sdpa' or 'eager', not "
-        f"{attn_implementation!r}"
-    )
+        if setting
+    }
+    if shared_prompt_layout is None or unsupported or getattr(module, "is_causal", True) is False:
+        raise ValueError(
+            f"{type(module).__name__}: shared-prompt packing supports plain causal attention only "
+            f"(got {unsupported or 'no packing layout'}); set model.pack_prompts: false for this model"
+        )
+    return shared_prompt_attention(query, key, value, shared_prompt_layout, scale=scaling), None
+
+
+@contextlib.contextmanager
+def _attention_implementation(model: torch.nn.Module, name: str) -> Iterator[None]:
+    """Run ``model``'s attention layers with the registered implementation ``name`` for a while
+    (transformers reads ``config._attn_implementation`` at every forward)."""
+    AttentionInterface.register(name, _shared_prompt_attention_forward)
+    config = model.config
+    previous = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
 
 
 def response_hidden_states(
@@ -102,8 +150,8 @@ def response_hidden_states(
     Args:
         model: a causal LM (``get_decoder()`` gives the stack that ends with the final norm).
         batch: the rollout layout: prompt left-padded to P, response right-padded to R.
-        pack: compute each group's prompt once (``ops.pack_shared_prompts``), with a 4-D mask that
-            lets each response see the prompt and its own prefix only.
+        pack: compute each group's prompt once (``ops.pack_shared_prompts``), each response seeing
+            the prompt and its own prefix only.
         pad_token_id: filler of the packed rows beyond their end (never attended to).
     """
     decoder = model.get_decoder()
@@ -117,10 +165,30 @@ def response_hidden_states(
         hidden = out.last_hidden_state[:, p_width - 1 : p_width + width - 1]
         return hidden, batch.attention_mask[:, p_width:]
     packed = pack_shared_prompts(batch.input_ids, batch.attention_mask, p_width, batch.group_ids, pad_token_id)
-    dtype = next(decoder.parameters()).dtype
     attn = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    mask = _packed_attention_mask(packed.attention_mask(), attn, dtype if dtype.is_floating_point else torch.float32)
-    out = decoder(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids, use_cache=False)
+    if attn not in ("sdpa", "eager"):
+        raise ValueError(
+            f"shared-prompt packing runs in place of the model's 'sdpa' or 'eager' attention, not {attn!r}; "
+            "set model.pack_prompts: false"
+        )
+    if getattr(model, "is_gradient_checkpointing", False):
+        # Backward re-runs each layer outside this function, with the model's own attention: give
+        # it the dense [L, L] mask, which both runs see.
+        dtype = next(decoder.parameters()).dtype
+        mask = _dense_packed_mask(packed.attention_mask(), attn, dtype if dtype.is_floating_point else torch.float32)
+        out = decoder(
+            input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids, use_cache=False
+        )
+    else:
+        # The responses attend to the prompt and to their own prefix by blocks (no [L, L] mask):
+        # transformers builds no mask for a registered implementation it has no mask function for.
+        with _attention_implementation(model, SHARED_PROMPT_ATTENTION):
+            out = decoder(
+                input_ids=packed.input_ids,
+                position_ids=packed.position_ids,
+                use_cache=False,
+                shared_prompt_layout=shared_prompt_layout(packed.segment_ids),
+            )
     # Backward of this gather sums, on each packed position, the gradients of every response
     # token it predicts; the prompt's own positions get theirs through the attention.
     hidden = out.last_hidden_state[packed.row[:, None], packed.predict_index]  # [B, R, H]

@@ -14,9 +14,9 @@ Applied (:data:`APPLIED_ON_RESUME`):
   every step; ``fused_optimizer``: the AdamW kernel (same update, same state).
 
 Refused (everything else, e.g. ``model_path``, ``lr``, ``lr_schedule``, ``warmup_steps``,
-``min_lr_ratio``, ``weight_decay``, ``betas``, ``num_mini_batches``, ``torch_dtype``): the restored
-weights, optimizer state, LR schedule and step count were built with the old values; continuing
-with new ones would mix two runs. Start a new run from the checkpoint's weights instead
+``min_lr_ratio``, ``weight_decay``, ``betas``, ``num_mini_batches``, ``mini_batch_split``,
+``torch_dtype``): the restored weights, optimizer state, LR schedule and step count were built
+with the old values; continuing with new ones would mix two runs. Start a new run from the checkpoint's weights instead
 (``lite-ppo export-hf`` and ``model.model_path``).
 
 Technique, rollout and data settings live in the config, not in the module's hyper-parameters:

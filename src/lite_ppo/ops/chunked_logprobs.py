@@ -4,7 +4,10 @@ The usual path materialises logits [b, R, V] in float32 (plus their softmax for 
 autograd keeps them until backward: 147 MiB for 16 x 48 tokens of a 49k vocabulary, and far more
 at long response lengths. Here the lm_head projection, log-softmax and entropy run over ``chunk_size``
 tokens at a time and only the [N] results are kept; backward recomputes each chunk's logits, so
-peak memory holds one chunk's [chunk_size, V] logits and the gradient of the lm_head weight.
+peak memory holds one chunk's [chunk_size, V] logits and the gradient of the lm_head weight. The
+last chunk's log-softmax is the exception: it is kept from forward to backward (no more memory
+than a recomputed chunk takes there), so a forward whose tokens fit in one chunk -- the common
+case for short responses -- computes the lm_head projection once instead of twice.
 
 Gradients (z = h W^T / T, p = softmax(z), l = z_y - logsumexp(z), H = logsumexp(z) - sum p z):
 
@@ -40,15 +43,21 @@ class _ChunkedLogprobsEntropy(torch.autograd.Function):
         logprobs = hidden.new_empty(n, dtype=torch.float32)
         entropy = hidden.new_zeros(n, dtype=torch.float32)
         lse = hidden.new_empty(n, dtype=torch.float32)  # kept for backward: p = exp(z - lse), no new reduction
+        log_p = None
         for start in range(0, n, chunk_size):
             sl = slice(start, start + chunk_size)
             z = _chunk_logits(hidden[sl], weight, temperature)
             lse[sl] = torch.logsumexp(z, dim=-1)
             logprobs[sl] = z.gather(-1, targets[sl, None]).squeeze(-1) - lse[sl]
+            log_p = z.sub_(lse[sl, None])  # z is not needed any more: log-softmax in place
             if with_entropy:
-                log_p = z.sub_(lse[sl, None])  # z is not needed any more: log-softmax in place
                 entropy[sl] = -(log_p.exp() * log_p).sum(-1)  # -sum p log p: no cancellation of large terms
         ctx.save_for_backward(hidden, weight, targets, lse)
+        # Backward starts with the last chunk: hand it this log-softmax instead of recomputing it
+        # (released there; a second backward, with retain_graph, recomputes). Without a graph
+        # (no_grad) the context, and this tensor with it, is dropped when forward returns.
+        ctx.last_chunk = (n - 1) // chunk_size * chunk_size if n else 0
+        ctx.last_log_p = log_p
         ctx.temperature, ctx.chunk_size, ctx.with_entropy = temperature, chunk_size, with_entropy
         # An output nobody differentiates (usually the entropy, a statistic) arrives as None in
         # backward instead of zeros, so its gradient term is skipped rather than computed as 0.
@@ -65,10 +74,15 @@ class _ChunkedLogprobsEntropy(torch.autograd.Function):
             return None, None, None, None, None, None
         grad_hidden = torch.empty_like(hidden) if need_h else None
         grad_weight = None
-        for start in range(0, hidden.shape[0], ctx.chunk_size):
+        kept, ctx.last_log_p = ctx.last_log_p, None
+        starts = range(0, hidden.shape[0], ctx.chunk_size)
+        for start in reversed(starts):  # the kept last chunk first, so its memory is freed first
             sl = slice(start, start + ctx.chunk_size)
             h = hidden[sl]
-            log_p = _chunk_logits(h, weight, t).sub_(lse[sl, None])  # log-softmax of the recomputed logits
+            if start == ctx.last_chunk and kept is not None:
+                log_p, kept = kept, None
+            else:
+                log_p = _chunk_logits(h, weight, t).sub_(lse[sl, None])  # log-softmax of the recomputed logits
             p = log_p.exp()
             entropy_term = None
             if entropy_grad:
