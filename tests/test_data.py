@@ -353,7 +353,7 @@ def _make_module(seen: list[int]):
     return Module()
 
 
-def _trainer(max_steps: int):
+def _trainer(max_steps: int, sanity_steps: int = 0):
     import lightning.pytorch as pl
 
     return pl.Trainer(
@@ -364,7 +364,7 @@ def _trainer(max_steps: int):
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        num_sanity_val_steps=0,
+        num_sanity_val_steps=sanity_steps,
     )
 
 
@@ -433,17 +433,7 @@ def test_validation_batches_do_not_advance_training_stream() -> None:
     dm = MathDataModule(
         sources={"easy": "synthetic:easy"}, prompts_per_step=2, steps_per_epoch=3, val_size=3, val_batch_size=2
     )
-    trainer = pl.Trainer(
-        max_steps=4,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=1,
-    )
-    trainer.fit(Module(), datamodule=dm)
+    _trainer(4, sanity_steps=1).fit(Module(), datamodule=dm)
     assert train_seen == [0, 1, 2, 3]
     assert val_seen == [0] + [0, 1]  # the sanity check (1 batch), then the end of epoch 0
     assert dm.consumed_batches == 4

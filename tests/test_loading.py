@@ -132,21 +132,22 @@ def test_weights_of_another_model_are_refused_in_one_line(tiny_model_path, mista
     assert "checkpoint x.ckpt" in message and "builtin:tiny" in message and "\n" not in message
 
 
+def _checkpoint_with_one_tied_name(tiny_model_path, tmp_path, **extra):
+    """A Lightning checkpoint of perturbed weights whose state dict keeps the tied tensor under the
+    embedding's name only: ``(state, path)``."""
+    state = _perturbed_state(tiny_model_path)
+    del state[HEAD]
+    ckpt = tmp_path / "step.ckpt"
+    checkpoint = {"hyper_parameters": {"model_path": tiny_model_path}}
+    torch.save({**checkpoint, "state_dict": {f"policy.{k}": v for k, v in state.items()}, **extra}, ckpt)
+    return state, ckpt
+
+
 def test_evaluate_reads_a_checkpoint_saved_with_one_tied_name(tiny_model_path, tmp_path):
     """A Lightning checkpoint whose state dict keeps the tied tensor under the embedding's name only."""
     from lite_ppo.evaluation.runner import load_policy_module
 
-    state = _perturbed_state(tiny_model_path)
-    del state[HEAD]
-    ckpt = tmp_path / "step.ckpt"
-    torch.save(
-        {
-            "hyper_parameters": {"model_path": tiny_model_path},
-            "state_dict": {f"policy.{k}": v for k, v in state.items()},
-            "policy_version": 3,
-        },
-        ckpt,
-    )
+    state, ckpt = _checkpoint_with_one_tied_name(tiny_model_path, tmp_path, policy_version=3)
     module = load_policy_module(str(ckpt))
     assert module.policy_version == 3
     assert torch.equal(module.policy.lm_head.weight, state[EMBED])
@@ -158,16 +159,7 @@ def test_export_writes_a_checkpoint_saved_with_one_tied_name(tiny_model_path, tm
     (the export used to refuse it: ``from_config`` leaves a model untied in transformers 5)."""
     from lite_ppo.export import export_hf
 
-    state = _perturbed_state(tiny_model_path)
-    del state[HEAD]
-    ckpt = tmp_path / "step.ckpt"
-    torch.save(
-        {
-            "hyper_parameters": {"model_path": tiny_model_path},
-            "state_dict": {f"policy.{k}": v for k, v in state.items()},
-        },
-        ckpt,
-    )
+    state, ckpt = _checkpoint_with_one_tied_name(tiny_model_path, tmp_path)
     out = export_hf(ckpt, tmp_path / "hf")
     exported = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     for name, value in state.items():

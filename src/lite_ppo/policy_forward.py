@@ -124,11 +124,14 @@ def _shared_prompt_attention_forward(
     return shared_prompt_attention(query, key, value, shared_prompt_layout, scale=scaling), None
 
 
+# Registered once, under a name no model uses unless a packed forward selects it.
+AttentionInterface.register(SHARED_PROMPT_ATTENTION, _shared_prompt_attention_forward)
+
+
 @contextlib.contextmanager
 def _attention_implementation(model: torch.nn.Module, name: str) -> Iterator[None]:
     """Run ``model``'s attention layers with the registered implementation ``name`` for a while
     (transformers reads ``config._attn_implementation`` at every forward)."""
-    AttentionInterface.register(name, _shared_prompt_attention_forward)
     config = model.config
     previous = config._attn_implementation
     config._attn_implementation = name
