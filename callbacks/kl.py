@@ -62,7 +62,8 @@ class KLPenalty(Technique):
     @override
     def on_fit_start(self, trainer, pl_module) -> None:
         if self.coef > 0 and self.reference is None:
-            self.reference = load_reference(self.reference_path or pl_module.model_path, pl_module)
+            # Laid out like the policy: partitioned over the ranks under ZeRO-3.
+            self.reference = pl_module.load_frozen_model(self.reference_path or pl_module.model_path)
 
     @override
     def on_fit_end(self, trainer, pl_module) -> None:
@@ -85,14 +86,3 @@ class KLPenalty(Technique):
         mask = ctx.batch.loss_mask
         ctx.metrics.mean("kl/ref_kl", (kl.detach() * mask).sum(), mask.sum())
         return {"kl": self.coef * kl}
-
-
-def load_reference(path: str, module) -> torch.nn.Module:
-    """A frozen, eval-mode copy of the model at ``path`` in the policy's dtype, on the policy's device."""
-    from lite_ppo.models import load_causal_lm
-
-    hparams = getattr(module, "hparams", {})
-    model = load_causal_lm(path, hparams.get("torch_dtype", torch.float32))
-    model.config.use_cache = False
-    model.requires_grad_(False)
-    return model.eval().to(module.device)

@@ -23,6 +23,7 @@ from lite_ppo.rewards import MathVerifyReward
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.engine import RolloutEngine, SamplingConfig
 from lite_ppo.rollout.producer import RolloutProducer
+from lite_ppo.seeding import run_seed
 from lite_ppo.technique import techniques_of
 
 
@@ -48,7 +49,8 @@ class Rollout(Callback):
         eval_sampling: validation sampling (greedy, one sample by default).
         reward: the verifiable reward (the same object scores evaluation).
         prompt: how problems become prompts (chat template for instruct models).
-        seed: base seed of the per-step sampling seeds (step index and rank are added).
+        seed: base seed of the per-step sampling seeds (step index and rank are added). Default:
+            the run's ``seed_everything`` (``lite_ppo.seeding.run_seed``), read when first needed.
         max_refill_rounds: when a technique's ``keep_groups`` drops groups (dynamic sampling), at
             most this many extra rounds of prompts are generated to refill the batch. Every rank
             runs the same number of rounds. A batch still short after them is topped up with
@@ -79,7 +81,7 @@ class Rollout(Callback):
         eval_sampling: SamplingConfig | None = None,
         reward: MathVerifyReward | None = None,
         prompt: PromptFormatter | None = None,
-        seed: int = 42,
+        seed: int | None = None,
         max_refill_rounds: int = 0,
         max_prompt_tokens: int | None = None,
         overlong_prompts: Literal["drop", "refuse"] = "drop",
@@ -93,10 +95,17 @@ class Rollout(Callback):
             if eval_sampling is not None
             else SamplingConfig(n=1, greedy=True, max_new_tokens=self.sampling.max_new_tokens)
         )
-        self.seed = seed
+        self._seed = seed
         self.max_refill_rounds = max_refill_rounds
         self._dropped_prompts = 0  # this step, this rank
         self._replacements: Iterator[list[Problem]] | None = None  # this step's stream of replacement problems
+
+    @property
+    def seed(self) -> int:
+        """The base seed in use: ``seed``, else the run's global seed, fixed at first use."""
+        if self._seed is None:
+            self._seed = run_seed(None)
+        return self._seed
 
     @property
     def engine(self) -> RolloutEngine:

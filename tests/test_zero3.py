@@ -17,12 +17,14 @@ calls ``lite_ppo.cli.main`` after switching off DeepSpeed's JIT-compiled shared-
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from lightning.pytorch import Callback
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -190,11 +192,11 @@ def measure_bucketed_gather(policy: torch.nn.Module, bucket: int, full: dict[str
 
 
 # ------------------------------------------------------------------------------- the CLI
-def _fit_args(tmp: Path, version: str, *extra: str) -> list[str]:
+def _fit_args(tmp: Path, version: str, *extra: str, recipe: str = "lite_ppo") -> list[str]:
     return [
         "fit",
         "--config",
-        str(REPO / "configs/recipes/lite_ppo.yaml"),
+        str(REPO / f"configs/recipes/{recipe}.yaml"),
         "--config",
         str(REPO / "configs/models/tiny.yaml"),
         "--config",
@@ -314,6 +316,58 @@ def test_export_hf_loads_and_generates(cli_runs, tiny_model_path):
     for k, v in module.policy.state_dict().items():
         torch.testing.assert_close(v, state[k], rtol=0, atol=0)
     assert module.policy_version > 0
+
+
+class ReferenceLayout(Callback):
+    """Writes how this rank holds the ``KLPenalty`` reference's parameters to ``<path>.<rank>`` at the
+    end of training (before ``on_fit_end`` drops the reference)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        from lite_ppo.callbacks import KLPenalty
+
+        reference = next(cb for cb in trainer.callbacks if isinstance(cb, KLPenalty)).reference
+        params = list(reference.parameters())
+        layout = {
+            "partitioned": all(hasattr(p, "ds_id") for p in params),
+            "shard_numel": sum(p.ds_tensor.numel() for p in params if hasattr(p, "ds_tensor")),
+            "full_numel": sum(getattr(p, "ds_numel", p.numel()) for p in params),
+        }
+        Path(f"{self.path}.{trainer.global_rank}").write_text(json.dumps(layout))
+
+
+@pytest.mark.slow
+def test_kl_reference_is_partitioned_and_starts_at_the_policy(tmp_path, tiny_model_path):
+    """GRPO's KL loss under ZeRO-3. Before, the reference was built partitioned (transformers' ZeRO-3
+    flag is on for the policy) but used without a DeepSpeed engine to gather its parameters: the
+    first reference forward failed. Now it has its own engine: each rank holds half of it, and with
+    one optimizer step per rollout the first step's KL is exactly 0 (the policy is the reference
+    until its first update) and the second step's is not."""
+    from conftest import read_scalars
+
+    probe = tmp_path / "reference"
+    torchrun(
+        _fit_args(
+            tmp_path,
+            "run",
+            "--trainer.callbacks+=test_distributed.FirstTokenParityReward",
+            "--trainer.callbacks+=test_zero3.ReferenceLayout",
+            f"--trainer.callbacks.path={probe}",
+            "--model.num_mini_batches=1",
+            "--data.steps_per_epoch=2",
+            "--data.val_size=0",
+            recipe="grpo",
+        )
+    )
+    for rank in (0, 1):
+        layout = json.loads(Path(f"{probe}.{rank}").read_text())
+        assert layout["partitioned"]
+        # each parameter's shard is ceil(numel / 2): half of the model, give or take one per tensor
+        assert abs(layout["shard_numel"] - layout["full_numel"] / 2) <= 100, layout
+    kl = dict(read_scalars(tmp_path / "tb" / "grpo" / "tiny" / "run")["kl/ref_kl"])
+    assert abs(kl[0]) < 1e-6 and kl[1] > 1e-5, kl
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from lite_ppo.strategies.zero import (
     engine_grad_norm,
     hf_zero3_loading,
     set_gradient_clipping,
+    zero3_inference_engine,
 )
 from lite_ppo.technique import (
     MiniBatchContext,
@@ -215,6 +216,32 @@ class LitePPO(LightningModule):
         self.policy.train()
         if self.hparams.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable()
+
+    def load_frozen_model(self, path: str) -> torch.nn.Module:
+        """A frozen, eval-mode causal LM from ``path`` (a folder or ``builtin:...``) in the policy's
+        dtype, laid out like the policy, for techniques that score with a second model (a reference).
+
+        On one device or under DDP it is a plain copy on the policy's device. Under ZeRO-3 it is
+        partitioned over the ranks like the policy and wrapped in a DeepSpeed engine without an
+        optimizer (``strategies.zero.zero3_inference_engine``), whose hooks gather each layer's
+        parameters for its forward: every rank must then run the same number of forwards with it,
+        as the update's micro-batches do. The engine lives as long as the returned model.
+        """
+        # Under ZeRO-3, transformers' flag registered for the policy (kept alive by this module's
+        # token) makes from_pretrained build it partitioned too. Registering a second token here
+        # would replace the policy's, and the flag would vanish with it (generate then loses
+        # synced_gpus and the ranks' collectives diverge).
+        model = load_causal_lm(resolve_model(path), self.hparams.torch_dtype)
+        model.config.use_cache = False
+        model.requires_grad_(False)
+        model.eval()
+        engine = zero3_inference_engine(model, self._trainer)
+        if engine is None:
+            return model.to(self.device)
+        # Not a submodule (the engine holds the model: .modules() would loop), only kept alive by
+        # it: dropping the engine would remove its hooks and leave the model's parameters empty.
+        model.__dict__["_lite_ppo_deepspeed_engine"] = engine
+        return model
 
     def configure_optimizers(self):
         set_gradient_clipping(self._trainer, self.hparams.max_grad_norm)  # DeepSpeed clips inside step()

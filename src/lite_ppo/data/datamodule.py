@@ -16,6 +16,7 @@ from lite_ppo.data.pools import TierPool, build_pool
 from lite_ppo.data.problem import Problem
 from lite_ppo.data.validation import items_loader, problem_set_batches
 from lite_ppo.errors import UserError
+from lite_ppo.seeding import run_seed
 
 DEFAULT_SOURCES = {"easy": "synthetic:easy", "medium": "synthetic:medium", "hard": "synthetic:hard"}
 
@@ -61,7 +62,8 @@ class MathDataModule(LightningDataModule):
         prompts_per_step: prompts in one global batch (the paper: 128); must divide by the
             number of ranks.
         steps_per_epoch: batches per epoch (an epoch is only a logging/checkpoint rhythm here).
-        seed: selects the batches, the synthetic problems and the held-out split.
+        seed: selects the batches, the synthetic problems and the held-out split. Default: the
+            run's ``seed_everything`` (``lite_ppo.seeding.run_seed``), read when first needed.
         val_size: problems held out per tier for validation (0: no validation loader). They are
             never used for training.
         val_batch_size: problems per validation batch (default: ``prompts_per_step``).
@@ -86,7 +88,7 @@ class MathDataModule(LightningDataModule):
         schedule: list[dict[str, Any]] | None = None,
         prompts_per_step: int = 128,
         steps_per_epoch: int = 100,
-        seed: int = 42,
+        seed: int | None = None,
         val_size: int = 0,
         val_batch_size: int | None = None,
         data_dir: str | None = None,
@@ -104,7 +106,8 @@ class MathDataModule(LightningDataModule):
             )
         # Validated here, before any file is read, so a bad YAML fails at start with its message.
         self.mixture = TierMixture(list(self.sources), {"easy": 1.0} if weights is None else weights, schedule)
-        self.prompts_per_step, self.steps_per_epoch, self.seed = prompts_per_step, steps_per_epoch, seed
+        self.prompts_per_step, self.steps_per_epoch = prompts_per_step, steps_per_epoch
+        self._seed = seed
         self.val_size = val_size
         self.val_batch_size = val_batch_size or prompts_per_step
         self.data_dir = data_dir
@@ -113,6 +116,13 @@ class MathDataModule(LightningDataModule):
         self._problem_sets: list[tuple[str, list[Problem]]] | None = None  # see configure_validation
         self._problem_set_batch_size = 0
         self._validate_held_out = True
+
+    @property
+    def seed(self) -> int:
+        """The seed in use: ``seed``, else the run's global seed, fixed at first use."""
+        if self._seed is None:
+            self._seed = run_seed(None)
+        return self._seed
 
     # ------------------------------------------------------------------ batches
     def setup(self, stage: str | None = None) -> None:

@@ -143,7 +143,7 @@ def rollout_section_parser():
         ("eval_sampling", SamplingConfig | None, None),
         ("reward", MathVerifyReward | None, None),
         ("prompt", PromptFormatter | None, None),
-        ("seed", int, 42),
+        ("seed", int | None, None),
         ("max_refill_rounds", int, 0),
         ("max_prompt_tokens", int | None, None),
         ("overlong_prompts", Literal["drop", "refuse"], "drop"),

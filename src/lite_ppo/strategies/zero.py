@@ -173,6 +173,33 @@ def register_hf_zero3(config: dict[str, Any]) -> Any:
     return token
 
 
+def zero3_inference_engine(model: torch.nn.Module, trainer: Trainer | None) -> Any | None:
+    """Under a ZeRO-3 strategy, a DeepSpeed engine without optimizer around ``model``, a frozen model
+    built partitioned (``from_pretrained`` while the policy's :func:`hf_zero3_loading` token is
+    alive); None elsewhere.
+
+    A partitioned parameter holds only this rank's shard; only a DeepSpeed engine's hooks gather it
+    for the forward of its layer. The policy gets them from the strategy's training engine; a second
+    model (a reference policy) needs its own: ``deepspeed.initialize`` with the strategy's config
+    minus the optimizer and scheduler sections, as TRL does for its reference model. Keep the engine
+    alive as long as the model: its destructor removes the hooks.
+    """
+    strategy = deepspeed_strategy(trainer)
+    if strategy is None:
+        return None
+    strategy._init_config_if_needed()
+    if not strategy.zero_stage_3:
+        return None
+    import deepspeed
+
+    config = {key: value for key, value in strategy.config.items() if key not in ("optimizer", "scheduler")}
+    zero = config.get("zero_optimization") or {}
+    config["zero_optimization"] = {key: value for key, value in zero.items() if key != "offload_optimizer"}
+    engine, *_ = deepspeed.initialize(model=model, config=config)
+    engine.eval()
+    return engine
+
+
 def offloads_optimizer(trainer: Trainer | None) -> bool:
     """True when the DeepSpeed config offloads optimizer states (``offload_optimizer.device`` cpu/nvme)."""
     strategy = deepspeed_strategy(trainer)
