@@ -7,7 +7,9 @@ tokens at a time and only the [N] results are kept; backward recomputes each chu
 peak memory holds one chunk's [chunk_size, V] logits and the gradient of the lm_head weight. The
 last chunk's log-softmax is the exception: it is kept from forward to backward (no more memory
 than a recomputed chunk takes there), so a forward whose tokens fit in one chunk -- the common
-case for short responses -- computes the lm_head projection once instead of twice.
+case for short responses -- computes the lm_head projection once instead of twice. Under autocast
+(mixed precision), backward recomputes with the forward's autocast state, so the recomputed
+log-softmax matches the log-sum-exp kept from forward.
 
 Gradients (z = h W^T / T, p = softmax(z), l = z_y - logsumexp(z), H = logsumexp(z) - sum p z):
 
@@ -59,6 +61,11 @@ class _ChunkedLogprobsEntropy(torch.autograd.Function):
         ctx.last_chunk = (n - 1) // chunk_size * chunk_size if n else 0
         ctx.last_log_p = log_p
         ctx.temperature, ctx.chunk_size, ctx.with_entropy = temperature, chunk_size, with_entropy
+        # Backward recomputes logits: under the same autocast as this forward (mixed precision runs
+        # the lm_head matmul in bf16 here), or the recomputed log-softmax would not match the lse
+        # kept from it (an fp32 recompute against a bf16 lse gave gradients 6 % off).
+        device = hidden.device.type
+        ctx.autocast = (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
         # An output nobody differentiates (usually the entropy, a statistic) arrives as None in
         # backward instead of zeros, so its gradient term is skipped rather than computed as 0.
         ctx.set_materialize_grads(False)
@@ -66,6 +73,12 @@ class _ChunkedLogprobsEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_logprobs, grad_entropy):
+        device, enabled, dtype = ctx.autocast
+        with torch.autocast(device, dtype=dtype, enabled=enabled):
+            return _ChunkedLogprobsEntropy._backward(ctx, grad_logprobs, grad_entropy)
+
+    @staticmethod
+    def _backward(ctx, grad_logprobs, grad_entropy):
         hidden, weight, targets, lse = ctx.saved_tensors
         t = ctx.temperature
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
