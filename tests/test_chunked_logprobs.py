@@ -45,7 +45,7 @@ def test_gradients_under_bf16_autocast_equal_full_logits(chunk_size):
     """Mixed precision (``trainer.precision: bf16-mixed`` without DeepSpeed) runs forward under
     autocast, the lm_head matmul in bf16, and backward outside it. Backward recomputes every chunk
     but the last: before, it did so in fp32 against the lse of the bf16 forward, and the gradient
-    was 6 % off with 4 chunks (exact with one, whose log-softmax is kept)."""
+    was 6-10 % off with 4 chunks (exact with one, whose log-softmax is kept)."""
     gen = torch.Generator().manual_seed(0)
     n, hdim, vocab, temperature = 64, 32, 500, 0.7
     hidden = (3 * torch.randn(n, hdim, generator=gen)).requires_grad_()

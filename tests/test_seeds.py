@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from lightning.pytorch import Callback, seed_everything
 
 from conftest import tiny_fit_args
@@ -67,3 +68,6 @@ def test_fit_seed_everything_seeds_data_and_sampling(tmp_path, tiny_model_path, 
         )
     )  # fmt: skip
     assert json.loads(probe.read_text()) == expected
+    # The saved config says which seeds ran (null would leave the reader to know the rule).
+    saved = yaml.safe_load(next(tmp_path.rglob("config.yaml")).read_text())
+    assert {"data": saved["data"]["seed"], "rollout": saved["rollout"]["seed"]} == expected

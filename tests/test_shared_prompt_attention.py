@@ -53,6 +53,7 @@ def test_layout_counts_the_scores_each_response_needs():
     layout = shared_prompt_layout(_segments([(3, [4, 2])], length=9))
     assert layout.query_index.tolist() == [[3, 4, 5, 6], [7, 8, 7, 7]]
     assert layout.key_index.tolist() == [[0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 7, 8, 7, 7]]
-    allowed = layout.response_mask[:, 0][layout.query_valid].sum(-1).tolist()
+    real_queries = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.bool)  # responses of 4 and 2
+    allowed = layout.response_mask[:, 0][real_queries].sum(-1).tolist()
     assert allowed == [4, 5, 6, 7, 4, 5]  # 3 prompt keys + 1..n own
     assert layout.prompt_mask[0, 0].sum(-1).tolist() == [1, 2, 3]

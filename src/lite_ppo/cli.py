@@ -35,6 +35,7 @@ from lite_ppo.module import LitePPO
 from lite_ppo.reliability import CheckpointIntegrity, DivergenceGuard, Preemption
 from lite_ppo.research.run_dir import prepare_fit_run
 from lite_ppo.research.run_record import RunRecord
+from lite_ppo.seeding import run_seed
 
 TRAINER_DEFAULTS = {
     "log_every_n_steps": 1,
@@ -121,6 +122,12 @@ class LitePPOCLI(LightningCLI):
         return super()._instantiate_trainer(config, callbacks)
 
     def before_instantiate_classes(self) -> None:
+        # Unset data / rollout seeds are the run's seed (lite_ppo.seeding, set by seed_everything just
+        # before): written in, so that the saved config.yaml says which seeds ran.
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        for section in ("data", "rollout"):
+            if config[section].get("seed") is None:
+                config[section]["seed"] = run_seed(None)
         if self.subcommand == "fit":
             prepare_fit_run(self.config["fit"])
 

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import torch
 
+from lite_ppo.ops.packing import group_rows
+
 __all__ = ["MINI_BATCH_SPLITS", "mini_batch_rows"]
 
 MINI_BATCH_SPLITS = ("group", "row")
@@ -51,20 +53,9 @@ def mini_batch_rows(group_ids: torch.Tensor, num_mini_batches: int, split: str =
     m, n = num_mini_batches, group_ids.shape[0]
     if n % m:
         raise ValueError(f"the rollout batch has {n} responses, not divisible by num_mini_batches={m}")
-    rows = torch.arange(n, device=group_ids.device)
     if split == "group" and n:
-        group_index = _group_index(group_ids)
-        if (int(group_index.max()) + 1) % m == 0:
-            return [rows[group_index % m == j] for j in range(m)]
+        groups = group_rows(group_ids)  # in the order of their first row
+        if len(groups) % m == 0:
+            return [torch.cat(groups[j::m]).sort().values.to(group_ids.device) for j in range(m)]
+    rows = torch.arange(n, device=group_ids.device)
     return [rows[j::m] for j in range(m)]
-
-
-def _group_index(group_ids: torch.Tensor) -> torch.Tensor:
-    """[B] 0, 1, ... numbering the groups in the order they first appear (not by their ids)."""
-    unique, inverse = torch.unique(group_ids, return_inverse=True)
-    rows = torch.arange(group_ids.shape[0], device=group_ids.device)
-    first_row = torch.full((len(unique),), group_ids.shape[0], dtype=torch.long, device=group_ids.device)
-    first_row.scatter_reduce_(0, inverse, rows, reduce="amin")
-    index_of_unique = torch.empty_like(first_row)
-    index_of_unique[first_row.argsort()] = torch.arange(len(unique), device=group_ids.device)
-    return index_of_unique[inverse]

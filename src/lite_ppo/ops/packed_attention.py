@@ -47,18 +47,16 @@ class SharedPromptLayout:
     - ``query_index`` [B, N]: flat position of each response token; ``key_index`` [B, P + N]: the
       row's prompt positions, then the response's own; ``response_mask`` [B, 1, N, P + N]: the
       prompt's real keys and the response's causal prefix.
-    - ``prompt_valid`` [n, P], ``query_valid`` [B, N]: the real entries (the others are filler
-      indices whose outputs are dropped; their mask rows allow key 0 so no softmax row is empty).
+    - Entries past a prompt's or a response's end are filler indices whose outputs are dropped
+      (their mask rows allow key 0, so no softmax row is empty).
     - ``real_entries`` [T]: the real entries of the flattened [n * P] prompt block followed by the
       flattened [B * N] response block (offset by n * P); ``real_positions`` [T]: their packed
       positions. Every real packed position appears once.
     """
 
     prompt_index: torch.Tensor
-    prompt_valid: torch.Tensor
     prompt_mask: torch.Tensor
     query_index: torch.Tensor
-    query_valid: torch.Tensor
     key_index: torch.Tensor
     response_mask: torch.Tensor
     real_entries: torch.Tensor
@@ -108,10 +106,8 @@ def shared_prompt_layout(segment_ids: torch.Tensor) -> SharedPromptLayout:
     real_positions = torch.cat([prompt_index[prompt_valid], query_index[query_valid]])
     return SharedPromptLayout(
         prompt_index=prompt_index,
-        prompt_valid=prompt_valid,
         prompt_mask=prompt_mask,
         query_index=query_index,
-        query_valid=query_valid,
         key_index=key_index,
         response_mask=response_mask[:, None],
         real_entries=real_entries,
