@@ -389,7 +389,15 @@ def print_table(data: dict[str, Any], workload: str, warmup: int) -> None:
             f"  {label}: {s['runs']} run(s), {s['steps_used']} steady-state steps; "
             f"{' '.join(series[label]['signature']['configs'])} {extra}"
         )
-    columns = [max(14, len(h) + 2) for h in header[1:]]  # a long label widens its column, never runs into the next
+    # A long label or value ("42 / 186 / 512") widens its column, never runs into the next.
+    values = [
+        max(
+            (len(fmt.format(sums[label][key])) for key, _, fmt, _ in ROWS if sums[label].get(key) is not None),
+            default=0,
+        )
+        for label in labels
+    ]
+    columns = [max(14, len(h) + 2, v + 2) for h, v in zip(header[1:], values + [0] * len(labels[1:]))]
     print(f"{header[0]:<{width}}" + "".join(f"{h:>{w}}" for h, w in zip(header[1:], columns)))
     label_widths, ratio_widths = columns[: len(labels)], columns[len(labels) :]
     for key, title, fmt, compare in ROWS:

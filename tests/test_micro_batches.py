@@ -21,27 +21,33 @@ def test_by_hand():
     # 100 alone exceeds 99: it gets a micro-batch of its own; 90 too (2 x 90 > 99).
     assert [b.tolist() for b in token_budget_micro_batches(lengths, 99)] == [[1], [3], [0, 2, 4]]
     assert padded_cost(torch.tensor([[3, 4], [5, 1]])) == 2 * (5 + 4)  # segments padded separately
+    # Rows run back to back without padding: the cost is the sum. Longest first while the sum fits:
+    # 100 + 90 > 120, so 100 alone; 90 + 7 + 6 = 103, then 5 would make 108 <= 120.
+    assert padded_cost(torch.tensor([[3, 4], [5, 1]]), concatenated=True) == 13
+    assert [b.tolist() for b in token_budget_micro_batches(lengths, 120, concatenated=True)] == [[1], [0, 2, 3, 4]]
+    assert [b.tolist() for b in token_budget_micro_batches(lengths, 100, concatenated=True)] == [[1], [2, 3], [0, 4]]
 
 
 @pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("segments", [1, 2])
-def test_budget_and_partition_invariants(seed, segments):
+@pytest.mark.parametrize(("segments", "concatenated"), [(1, False), (2, False), (1, True)])
+def test_budget_and_partition_invariants(seed, segments, concatenated):
     gen = torch.Generator().manual_seed(seed)
     n = 40
     # Long-tailed lengths: most short, a few long (some longer than the budget).
     lengths = (-60 * torch.rand(n, segments, generator=gen).log() + 1).long()  # exponential, mean ~60
     lengths[torch.randint(0, n, (3,), generator=gen)] *= 10
     budget = 800
-    batches = token_budget_micro_batches(lengths, budget)
+    batches = token_budget_micro_batches(lengths, budget, concatenated=concatenated)
     rows = torch.cat(batches)
     assert sorted(rows.tolist()) == list(range(n))  # every row exactly once
     for b in batches:
         assert b.tolist() == sorted(b.tolist())
-        assert padded_cost(lengths[b]) <= budget or len(b) == 1  # only a lone row may exceed the budget
+        # only a lone row may exceed the budget
+        assert padded_cost(lengths[b], concatenated=concatenated) <= budget or len(b) == 1
     # Greedy packing wastes little: two consecutive micro-batches could not have been merged.
     for a, b in zip(batches, batches[1:]):
-        assert padded_cost(lengths[torch.cat([a, b])]) > budget
-    assert [b.tolist() for b in token_budget_micro_batches(lengths, budget)] == [
+        assert padded_cost(lengths[torch.cat([a, b])], concatenated=concatenated) > budget
+    assert [b.tolist() for b in token_budget_micro_batches(lengths, budget, concatenated=concatenated)] == [
         b.tolist() for b in batches
     ]  # deterministic
 

@@ -66,6 +66,40 @@ def test_pack_layout_by_hand():
     assert [r.tolist() for r in group_rows(torch.tensor([2, 0, 2, 1]))] == [[0, 2], [1], [3]]
 
 
+def test_pack_one_row_by_hand():
+    # The groups of test_pack_layout_by_hand back to back, plus group 2 (prompt [7]) whose only
+    # response is empty: nothing to score, so it is left out.
+    ids = torch.tensor([[0, 5, 6, 7, 8, 0], [0, 5, 6, 9, 0, 0], [0, 0, 4, 3, 2, 1], [0, 0, 7, 0, 0, 0]])
+    groups = torch.tensor([0, 0, 1, 2])
+    packed = pack_shared_prompts(ids, (ids != 0).long(), prompt_width=3, group_ids=groups, one_row=True)
+    assert packed.input_ids.tolist() == [[5, 6, 7, 8, 9, 4, 3, 2, 1]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 2, 0, 1, 2, 3]]
+    assert packed.segment_ids.tolist() == [[0, 0, 1, 1, 2, 0, 1, 1, 1]]
+    assert packed.row.tolist() == [0, 0, 0, 0]
+    # Group 1 starts at column 5: its prompt token 4 predicts its first response token.
+    assert packed.predict_index.tolist() == [[1, 2, 0], [1, 0, 0], [5, 6, 7], [0, 0, 0]]
+    assert packed.response_valid.tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]]
+    assert packed.num_tokens == 9
+    # Only empty groups: one is kept, so that the forward has a row.
+    empty = pack_shared_prompts(ids[3:], (ids[3:] != 0).long(), prompt_width=3, group_ids=groups[3:], one_row=True)
+    assert empty.input_ids.tolist() == [[7]]
+
+
+def test_packed_attention_mask_of_two_groups_in_one_row():
+    # Group A: prompt of 2, responses of 1 and 1; group B: prompt of 1, a response of 2.
+    mask = packed_attention_mask(torch.tensor([[0, 0, 1, 2, 0, 1, 1]]))[0, 0].int()
+    expected = [
+        [1, 0, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0, 0],
+        [1, 1, 0, 1, 0, 0, 0],
+        [0, 0, 0, 0, 1, 0, 0],  # B's prompt sees only itself: nothing of group A
+        [0, 0, 0, 0, 1, 1, 0],
+        [0, 0, 0, 0, 1, 1, 1],
+    ]
+    assert mask.tolist() == expected
+
+
 def test_packed_attention_mask_by_hand():
     mask = packed_attention_mask(torch.tensor([[0, 0, 1, 1, 2, -1]]))[0, 0].int()
     expected = [

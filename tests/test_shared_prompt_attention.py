@@ -57,3 +57,36 @@ def test_layout_counts_the_scores_each_response_needs():
     allowed = layout.response_mask[:, 0][real_queries].sum(-1).tolist()
     assert allowed == [4, 5, 6, 7, 4, 5]  # 3 prompt keys + 1..n own
     assert layout.prompt_mask[0, 0].sum(-1).tolist() == [1, 2, 3]
+
+
+def test_groups_in_one_row_equal_a_row_each():
+    """The groups of one row (no padding) get the outputs and gradients they get in rows of their own."""
+    rows = [(3, [4, 1, 2]), (5, [2]), (1, [3, 3])]
+    grid = _segments(rows, length=11)
+    real = grid >= 0
+    one_row = grid[real][None]  # [1, 24]: the groups back to back
+    gen = torch.Generator().manual_seed(1)
+    heads, kv_heads, dim = 6, 2, 8
+    q = torch.randn(3, heads, 11, dim, generator=gen, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(3, kv_heads, 11, dim, generator=gen, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(3, kv_heads, 11, dim, generator=gen, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(3, 11, heads, dim, generator=gen, dtype=torch.float64) * real[:, :, None, None]
+
+    def flatten(x: torch.Tensor) -> torch.Tensor:  # [3, h, 11, d] -> [1, h, 24, d]: real positions, in order
+        return x.transpose(1, 2)[real].transpose(0, 1)[None]
+
+    expected = shared_prompt_attention(q, k, v, shared_prompt_layout(grid))
+    expected_grads = torch.autograd.grad((expected * weights).sum(), (q, k, v))
+    out = shared_prompt_attention(flatten(q), flatten(k), flatten(v), shared_prompt_layout(one_row))
+    got_grads = torch.autograd.grad((out * weights[real][None]).sum(), (q, k, v))
+
+    torch.testing.assert_close(out[0], expected[real], rtol=0, atol=1e-12)
+    for g, e in zip(got_grads, expected_grads):
+        torch.testing.assert_close(g, e, rtol=0, atol=1e-12)
+    # And the dense mask of the one row (groups told apart) agrees too.
+    dense = F.scaled_dot_product_attention(
+        flatten(q),
+        *(flatten(x).repeat_interleave(heads // kv_heads, 1) for x in (k, v)),
+        attn_mask=packed_attention_mask(one_row),
+    ).transpose(1, 2)
+    torch.testing.assert_close(out, dense, rtol=0, atol=1e-12)

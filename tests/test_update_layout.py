@@ -35,9 +35,16 @@ def _assert_same_update(a, seen_a, b, seen_b):
         torch.testing.assert_close(x, y, atol=2e-4, rtol=0, msg=name)
 
 
-@pytest.mark.parametrize("num_mini_batches", [1, 2])
-def test_packing_changes_the_cost_not_the_update(tiny_model_path, num_mini_batches):
-    packed = _step(tiny_model_path, _batch(), num_mini_batches=num_mini_batches, pack_prompts=True)
+@pytest.mark.parametrize(("num_mini_batches", "checkpointing"), [(1, False), (2, False), (2, True)])
+def test_packing_changes_the_cost_not_the_update(tiny_model_path, num_mini_batches, checkpointing):
+    # Packed in one row (block attention), or a row per group under gradient checkpointing (dense mask).
+    packed = _step(
+        tiny_model_path,
+        _batch(),
+        num_mini_batches=num_mini_batches,
+        pack_prompts=True,
+        gradient_checkpointing=checkpointing,
+    )
     plain = _step(tiny_model_path, _batch(), num_mini_batches=num_mini_batches, pack_prompts=False)
     _assert_same_update(*packed, *plain)
 
@@ -48,9 +55,26 @@ def test_padding_efficiency_by_hand(tiny_model_path):
     assert plain.scalars["update/padding_efficiency"] == pytest.approx(
         (sum(PROMPTS) + sum(RESPONSES)) / (8 * 9), rel=1e-6
     )
-    # Packed: one row per group (prompt once + both responses): 8, 11, 10, 6 tokens, padded to 11.
-    _, packed = _step(tiny_model_path, _batch(), num_mini_batches=1, micro_batch_size=8, pack_prompts=True)
-    assert packed.scalars["update/padding_efficiency"] == pytest.approx((8 + 11 + 10 + 6) / (4 * 11), rel=1e-6)
+    # Packed: the groups (prompt once + both responses: 8, 11, 10, 6 tokens) back to back in one row.
+    sizes = ForwardSizes()
+    _, packed = _step(
+        tiny_model_path, _batch(), num_mini_batches=1, micro_batch_size=8, pack_prompts=True, extra=[sizes]
+    )
+    assert sizes.sizes == [8 + 11 + 10 + 6]
+    assert packed.scalars["update/padding_efficiency"] == 1.0
+    # Under gradient checkpointing (dense mask), one row per group, padded to the longest (11).
+    sizes = ForwardSizes()
+    _, checkpointed = _step(
+        tiny_model_path,
+        _batch(),
+        num_mini_batches=1,
+        micro_batch_size=8,
+        pack_prompts=True,
+        gradient_checkpointing=True,
+        extra=[sizes],
+    )
+    assert sizes.sizes == [4 * 11]
+    assert checkpointed.scalars["update/padding_efficiency"] == pytest.approx((8 + 11 + 10 + 6) / (4 * 11), rel=1e-6)
 
 
 def test_token_budget_micro_batches_keep_the_update_and_the_budget(tiny_model_path):
@@ -68,16 +92,16 @@ def test_token_budget_micro_batches_keep_the_update_and_the_budget(tiny_model_pa
     assert budget[1].scalars["update/padding_efficiency"] > count[1].scalars["update/padding_efficiency"]
 
 
-@pytest.mark.parametrize(("split", "sizes"), [("group", [20, 22]), ("row", [28, 32])])
+@pytest.mark.parametrize(("split", "sizes"), [("group", [18, 17]), ("row", [24, 22])])
 def test_group_mini_batches_compute_each_prompt_once_per_update(tiny_model_path, split, sizes):
     forwards = ForwardSizes()
     module, _ = _step(
         tiny_model_path, _batch(), num_mini_batches=2, micro_batch_size=8, mini_batch_split=split, extra=[forwards]
     )
-    # Packed rows (prompt once + the mini-batch's responses of the group), padded to the longest.
-    # group: groups {0, 2} then {1, 3}: 2+5+1, 3+2+5 -> 2 x 10; 4+3+4, 2+3+1 -> 2 x 11. Each prompt
+    # Packed groups (prompt once + the mini-batch's responses of the group), in one row.
+    # group: groups {0, 2} then {1, 3}: 2+5+1 + 3+2+5 = 18; 4+3+4 + 2+3+1 = 17. Each prompt
     # appears once in the update.
     # row: rows {0, 2, 4, 6} then {1, 3, 5, 7}, one response of every group in each:
-    # 2+5, 4+3, 3+2, 2+3 -> 4 x 7; 2+1, 4+4, 3+5, 2+1 -> 4 x 8. Every prompt appears twice.
+    # 2+5 + 4+3 + 3+2 + 2+3 = 24; 2+1 + 4+4 + 3+5 + 2+1 = 22. Every prompt appears twice.
     assert forwards.sizes == sizes
     assert module.policy_version == 2

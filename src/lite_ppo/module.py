@@ -29,6 +29,7 @@ from lite_ppo.ops import (
 )
 from lite_ppo.policy_forward import (
     forward_token_counts,
+    packs_into_one_row,
     plan_micro_batches,
     response_logprobs,
     supports_hidden_state_scoring,
@@ -104,8 +105,10 @@ class LitePPO(LightningModule):
             length and packed greedily (``ops.token_budget_micro_batches``), so long and short
             responses do not share padding. Same gradient (the loss denominators are global).
         pack_prompts: compute each group's prompt once per forward pass, with its responses
-            attending to it and to their own prefix only (``ops.pack_shared_prompts``): the same
-            log-probs and gradients to float rounding, without G copies of every prompt.
+            attending to it and to their own prefix only (``ops.pack_shared_prompts``), and the
+            micro-batch's groups back to back in one row, no padding (a row per group under
+            gradient checkpointing): the same log-probs and gradients to float rounding, without G
+            copies of every prompt.
         logprob_chunk_size: score response tokens this many at a time from the final hidden
             states, so no [b, R, V] logits are kept (``ops.chunked_logprobs``); ``None`` takes
             the model's full logits (and turns packing off).
@@ -446,7 +449,13 @@ class LitePPO(LightningModule):
     def micro_batch_rows(self, batch: RolloutBatch) -> list[torch.Tensor]:
         """Row indices of each forward pass over ``batch`` (``micro_batch_size`` or ``micro_batch_tokens``)."""
         budget = self.hparams.micro_batch_tokens
-        rows = plan_micro_batches(batch, self.hparams.micro_batch_size, budget, pack=self.packs_prompts())
+        rows = plan_micro_batches(
+            batch,
+            self.hparams.micro_batch_size,
+            budget,
+            pack=self.packs_prompts(),
+            one_row=packs_into_one_row(self.policy),
+        )
         if budget is not None and deepspeed_strategy(self._trainer) is not None:
             # ZeRO-3 gathers parameters in every forward, a collective: every rank runs as many passes.
             rows = split_to_count(rows, int(Ranks(self._trainer).max(torch.tensor(len(rows)))))
@@ -480,7 +489,9 @@ class LitePPO(LightningModule):
                 sync = contextlib.nullcontext() if micro_idx == len(micro_rows) - 1 else self._no_gradient_sync()
                 begin_micro_batch(self._trainer)  # DeepSpeed: accumulate, not overwrite, this micro-batch's gradient
                 logprobs, entropy = self.score_responses(micro)
-                real, processed = forward_token_counts(micro, pack=self.packs_prompts())
+                real, processed = forward_token_counts(
+                    micro, pack=self.packs_prompts(), one_row=packs_into_one_row(self.policy)
+                )
                 metrics.mean(names.PADDING_EFFICIENCY, real, processed)
                 if k == 0 and source == "engine" and micro_idx == 0:
                     source = self._check_engine_logprobs(rollout, micro, logprobs, old_logprobs)

@@ -40,6 +40,7 @@ from lite_ppo.rollout.batch import RolloutBatch
 __all__ = [
     "forward_token_counts",
     "output_head_weight",
+    "packs_into_one_row",
     "plan_micro_batches",
     "response_hidden_states",
     "response_logprobs",
@@ -83,6 +84,13 @@ def output_head_weight(model: torch.nn.Module) -> torch.Tensor | None:
 
 
 SHARED_PROMPT_ATTENTION = "lite_ppo_shared_prompt"
+
+
+def packs_into_one_row(model: torch.nn.Module) -> bool:
+    """Whether a packed forward puts all groups in one row without padding (block attention), or
+    each group in a row of its own with a dense mask (under gradient checkpointing, whose backward
+    re-runs the layers with the model's own attention)."""
+    return not getattr(model, "is_gradient_checkpointing", False)
 
 
 def _dense_packed_mask(allowed: torch.Tensor, attn_implementation: str | None, dtype: torch.dtype) -> torch.Tensor:
@@ -167,24 +175,29 @@ def response_hidden_states(
         )
         hidden = out.last_hidden_state[:, p_width - 1 : p_width + width - 1]
         return hidden, batch.attention_mask[:, p_width:]
-    packed = pack_shared_prompts(batch.input_ids, batch.attention_mask, p_width, batch.group_ids, pad_token_id)
+    one_row = packs_into_one_row(model)
+    packed = pack_shared_prompts(
+        batch.input_ids, batch.attention_mask, p_width, batch.group_ids, pad_token_id, one_row=one_row
+    )
     attn = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if attn not in ("sdpa", "eager"):
         raise ValueError(
             f"shared-prompt packing runs in place of the model's 'sdpa' or 'eager' attention, not {attn!r}; "
             "set model.pack_prompts: false"
         )
-    if getattr(model, "is_gradient_checkpointing", False):
+    if not one_row:
         # Backward re-runs each layer outside this function, with the model's own attention: give
-        # it the dense [L, L] mask, which both runs see.
+        # it the dense [L, L] mask, which both runs see (one group per row, so that the dense
+        # square of each row is no larger than its group).
         dtype = next(decoder.parameters()).dtype
         mask = _dense_packed_mask(packed.attention_mask(), attn, dtype if dtype.is_floating_point else torch.float32)
         out = decoder(
             input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids, use_cache=False
         )
     else:
-        # The responses attend to the prompt and to their own prefix by blocks (no [L, L] mask):
-        # transformers builds no mask for a registered implementation it has no mask function for.
+        # All groups in one row, no padding; the responses attend to their prompt and to their own
+        # prefix by blocks (no [L, L] mask): transformers builds no mask for a registered
+        # implementation it has no mask function for.
         with _attention_implementation(model, SHARED_PROMPT_ATTENTION):
             out = decoder(
                 input_ids=packed.input_ids,
@@ -265,15 +278,21 @@ def trim_padding(batch: RolloutBatch) -> RolloutBatch:
 
 
 def plan_micro_batches(
-    batch: RolloutBatch, rows_per_micro_batch: int, max_tokens: int | None = None, pack: bool = False
+    batch: RolloutBatch,
+    rows_per_micro_batch: int,
+    max_tokens: int | None = None,
+    pack: bool = False,
+    one_row: bool = False,
 ) -> list[torch.Tensor]:
     """Row indices of ``batch`` for each forward pass.
 
     ``max_tokens`` None: ``rows_per_micro_batch`` rows at a time, in order (whole groups stay
     together as long as the count allows). Otherwise token-budget micro-batches
-    (``ops.token_budget_micro_batches``) on the cost the forward really pays: the packed row of each
-    group when ``pack`` (a group is never split), else each row's prompt and response, padded
-    separately (``trim_padding`` cuts a micro-batch to its longest prompt + longest response).
+    (``ops.token_budget_micro_batches``) on the cost the forward really pays: with ``pack``, the
+    packed groups (a group is never split), in one row without padding when ``one_row``
+    (:func:`packs_into_one_row`), else a row each padded to the longest; without ``pack``, each
+    row's prompt and response, padded separately (``trim_padding`` cuts a micro-batch to its
+    longest prompt + longest response).
     """
     n = batch.num_responses
     if max_tokens is None:
@@ -281,24 +300,25 @@ def plan_micro_batches(
     if pack:
         groups = group_rows(batch.group_ids)
         units = token_budget_micro_batches(
-            packed_lengths(batch.attention_mask, batch.prompt_width, batch.group_ids), max_tokens
+            packed_lengths(batch.attention_mask, batch.prompt_width, batch.group_ids), max_tokens, concatenated=one_row
         )
         return [torch.cat([groups[g] for g in unit.tolist()]).sort().values for unit in units]
     return token_budget_micro_batches(_prompt_and_response_lengths(batch), max_tokens)
 
 
-def forward_token_counts(batch: RolloutBatch, pack: bool = False) -> tuple[int, int]:
+def forward_token_counts(batch: RolloutBatch, pack: bool = False, one_row: bool = False) -> tuple[int, int]:
     """``(real, processed)`` token positions of one forward over ``trim_padding(batch)``.
 
     Real: the distinct tokens (a group's prompt once when ``pack``). Processed: what the forward
-    pays, padding included: the packed rows padded to the longest one, or each row padded to the
-    longest prompt plus the longest response (``ops.padded_cost``).
+    pays, padding included: with ``pack``, the packed groups in one row (``one_row``: no padding)
+    or in rows padded to the longest one; without, each row padded to the longest prompt plus the
+    longest response (``ops.padded_cost``).
     """
     if pack:
         lengths = packed_lengths(batch.attention_mask, batch.prompt_width, batch.group_ids)
     else:
         lengths = _prompt_and_response_lengths(batch)
-    return int(lengths.sum()), padded_cost(lengths)
+    return int(lengths.sum()), padded_cost(lengths, concatenated=pack and one_row)
 
 
 def _prompt_and_response_lengths(batch: RolloutBatch) -> torch.Tensor:

@@ -23,19 +23,24 @@ import torch
 __all__ = ["padded_cost", "real_token_span", "split_to_count", "token_budget_micro_batches"]
 
 
-def padded_cost(lengths: torch.Tensor) -> int:
+def padded_cost(lengths: torch.Tensor, concatenated: bool = False) -> int:
     """Tokens a forward processes for these rows once padded: n_rows x longest row.
 
     ``lengths`` is [n] (one length per row) or [n, k] (k segments padded separately, e.g. a
     left-padded prompt and a right-padded response: width = longest prompt + longest response).
+    ``concatenated``: the rows run back to back in one sequence, without padding: the sum.
     """
     if lengths.numel() == 0:
         return 0
+    if concatenated:
+        return int(lengths.sum())
     lengths = lengths.reshape(lengths.shape[0], -1)
     return int(lengths.shape[0] * lengths.max(dim=0).values.sum().item())
 
 
-def token_budget_micro_batches(lengths: torch.Tensor, max_tokens: int) -> list[torch.Tensor]:
+def token_budget_micro_batches(
+    lengths: torch.Tensor, max_tokens: int, concatenated: bool = False
+) -> list[torch.Tensor]:
     """Partition rows into micro-batches whose padded cost stays within ``max_tokens``.
 
     Rows are sorted by total length, longest first (ties by row index, so the result is
@@ -46,6 +51,8 @@ def token_budget_micro_batches(lengths: torch.Tensor, max_tokens: int) -> list[t
     Args:
         lengths: [n] tokens per row, or [n, k] per separately padded segment (see :func:`padded_cost`).
         max_tokens: the budget of padded tokens per micro-batch (> 0).
+        concatenated: the forward runs a micro-batch's rows back to back without padding, so its
+            cost is the sum of their lengths.
 
     Returns:
         A list of 1-D long tensors of row indices, longest micro-batch first (so an out-of-memory
@@ -60,10 +67,11 @@ def token_budget_micro_batches(lengths: torch.Tensor, max_tokens: int) -> list[t
     order = torch.sort(-totals, stable=True).indices.tolist()
     batches: list[list[int]] = []
     current: list[int] = []
-    widths = torch.zeros(lengths.shape[1], dtype=torch.long)  # longest of each segment in `current`
+    widths = torch.zeros(lengths.shape[1], dtype=torch.long)  # longest (concatenated: sum) of each segment in `current`
     for row in order:
-        grown = torch.maximum(widths, lengths[row])
-        if current and (len(current) + 1) * int(grown.sum()) > max_tokens:
+        grown = widths + lengths[row] if concatenated else torch.maximum(widths, lengths[row])
+        cost = int(grown.sum()) if concatenated else (len(current) + 1) * int(grown.sum())
+        if current and cost > max_tokens:
             batches.append(current)
             current, grown = [], lengths[row].clone()
         current.append(row)

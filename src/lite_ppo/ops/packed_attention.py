@@ -1,6 +1,6 @@
 """Attention of packed groups without the dense mask: the prompt once, each response against it.
 
-A packed row ``[prompt][response 1] ... [response G]`` (``ops.packing``) is usually run with a dense
+A packed group ``[prompt][response 1] ... [response G]`` (``ops.packing``) is usually run with a dense
 [L, L] mask in which each response sees the prompt and its own prefix. Most of that square is
 masked: a response of n tokens needs n x (p + n) scores, the dense row computes L^2 with
 L = p + G n, so G responses pay ~G times the attention they use (8 x 45-token responses behind a
@@ -9,12 +9,14 @@ L = p + G n, so G responses pay ~G times the attention they use (8 x 45-token re
 - prompt queries against the prompt's keys (causal): [groups, p, p];
 - each response's queries against the prompt's keys and its own (causal): [responses, n, p + n];
 
-and the outputs go back to their packed positions. Every real query sees exactly the keys the
-dense mask lets it see, so the output equals ``sdpa(q, k, v, dense mask)`` at the real positions
-(to float rounding; padding positions give 0), and gradients flow through the gathers to q, k, v.
+and the outputs go back to their packed positions. A packed row may hold several groups back to
+back (``pack_shared_prompts(one_row=True)``: no padding at all); blocks never cross groups. Every
+real query sees exactly the keys the dense mask lets it see, so the output equals
+``sdpa(q, k, v, dense mask)`` at the real positions (to float rounding; padding positions give 0),
+and gradients flow through the gathers to q, k, v.
 
-Shapes: n packed rows of length L, h query heads, h_kv key/value heads (h_kv divides h), d head
-size; B responses, P the longest prompt, N the longest response.
+Shapes: n packed rows of length L holding G groups, h query heads, h_kv key/value heads (h_kv
+divides h), d head size; B responses, P the longest prompt, N the longest response.
 
 Example:
     >>> import torch
@@ -42,15 +44,15 @@ __all__ = ["SharedPromptLayout", "shared_prompt_attention", "shared_prompt_layou
 class SharedPromptLayout:
     """Where the prompt and response blocks lie in the flattened [n * L] packed positions.
 
-    - ``prompt_index`` [n, P]: flat position of each prompt token; ``prompt_mask`` [n, 1, P, P]:
-      causal over the row's real prompt tokens.
-    - ``query_index`` [B, N]: flat position of each response token; ``key_index`` [B, P + N]: the
-      row's prompt positions, then the response's own; ``response_mask`` [B, 1, N, P + N]: the
+    - ``prompt_index`` [G, P]: flat position of each group's prompt tokens; ``prompt_mask``
+      [G, 1, P, P]: causal over the group's real prompt tokens.
+    - ``query_index`` [B, N]: flat position of each response token; ``key_index`` [B, P + N]: its
+      group's prompt positions, then the response's own; ``response_mask`` [B, 1, N, P + N]: the
       prompt's real keys and the response's causal prefix.
     - Entries past a prompt's or a response's end are filler indices whose outputs are dropped
       (their mask rows allow key 0, so no softmax row is empty).
-    - ``real_entries`` [T]: the real entries of the flattened [n * P] prompt block followed by the
-      flattened [B * N] response block (offset by n * P); ``real_positions`` [T]: their packed
+    - ``real_entries`` [T]: the real entries of the flattened [G * P] prompt block followed by the
+      flattened [B * N] response block (offset by G * P); ``real_positions`` [T]: their packed
       positions. Every real packed position appears once.
     """
 
@@ -65,37 +67,48 @@ class SharedPromptLayout:
 
 def shared_prompt_layout(segment_ids: torch.Tensor) -> SharedPromptLayout:
     """The block layout of packed rows from their [n, L] segment ids (``PackedGroups.segment_ids``:
-    0 prompt, k the row's k-th response, -1 padding; each segment contiguous, prompt first)."""
+    0 prompt, k the group's k-th response, -1 padding; each segment contiguous).
+
+    A row holds one or more groups back to back, each its prompt then its responses: a group
+    starts at every prompt token that does not follow another prompt token of the row.
+    """
     n, length = segment_ids.shape
     device = segment_ids.device
-    flat = torch.arange(n * length, device=device).view(n, length)
+    seg = segment_ids.reshape(-1)  # one entry per flat packed position
+    previous = torch.full_like(segment_ids, -1)  # a row's first token follows nothing
+    previous[:, 1:] = segment_ids[:, :-1]
+    opens_group = (seg == 0) & (previous.reshape(-1) != 0)
+    group_start = opens_group.nonzero().squeeze(1)  # [G] flat position of each group's first token
+    num_groups = len(group_start)
+    group_of = torch.cumsum(opens_group, 0) - 1  # group of each real position
 
-    prompt_len = (segment_ids == 0).sum(-1)  # [n]
-    p_max = int(prompt_len.max()) if n else 0
+    prompt_len = torch.bincount(group_of[seg == 0], minlength=num_groups)  # [G]
+    p_max = int(prompt_len.max()) if num_groups else 0
     cols = torch.arange(p_max, device=device)
-    prompt_valid = cols[None, :] < prompt_len[:, None]  # the prompt is the row's first p tokens
-    prompt_index = torch.where(prompt_valid, flat[:, :p_max], flat[:, :1])
+    prompt_valid = cols[None, :] < prompt_len[:, None]  # the prompt is the group's first p tokens
+    prompt_index = group_start[:, None] + torch.where(prompt_valid, cols[None, :], 0)
     causal = torch.ones(p_max, p_max, dtype=torch.bool, device=device).tril()
     prompt_mask = causal[None] & prompt_valid[:, None, :]
     prompt_mask[:, :, 0] |= ~prompt_valid  # filler query rows: allow key 0
     prompt_mask = prompt_mask[:, None]
 
-    # Responses: one per (row, segment k >= 1), in row order then segment order.
-    seg = segment_ids.clamp(min=0)
-    num_segments = int(seg.max()) if n else 0
-    counts = F.one_hot(seg, num_segments + 1)[..., 1:].sum(1) if num_segments else seg.new_zeros(n, 0)  # [n, K]
-    row_of, segment_of = counts.nonzero(as_tuple=True)  # responses that exist
-    lengths = counts[row_of, segment_of]  # [B]
-    # A response's first column: its row's prompt plus the earlier responses of the row.
-    starts = prompt_len[row_of] + torch.cumsum(counts, 1)[row_of, segment_of] - lengths
+    # Responses: one per (group, segment k >= 1), in group order then segment order.
+    num_segments = int(seg.max()) if seg.numel() else 0
+    in_response = seg > 0
+    counts = torch.bincount(
+        group_of[in_response] * num_segments + seg[in_response] - 1, minlength=num_groups * num_segments
+    ).view(num_groups, num_segments)  # [G, K] tokens of each group's k-th response
+    group_of_response, segment_of = counts.nonzero(as_tuple=True)  # responses that exist
+    lengths = counts[group_of_response, segment_of]  # [B]
+    # A response's first column in its group: the prompt plus the group's earlier responses.
+    starts = prompt_len[group_of_response] + torch.cumsum(counts, 1)[group_of_response, segment_of] - lengths
     n_max = int(lengths.max()) if len(lengths) else 0
     offsets = torch.arange(n_max, device=device)
     query_valid = offsets[None, :] < lengths[:, None]
-    query_cols = torch.where(query_valid, starts[:, None] + offsets[None, :], starts[:, None])
-    query_index = flat[row_of[:, None], query_cols]
-    key_index = torch.cat([prompt_index[row_of], query_index], dim=1)
+    query_index = group_start[group_of_response, None] + starts[:, None] + torch.where(query_valid, offsets[None, :], 0)
+    key_index = torch.cat([prompt_index[group_of_response], query_index], dim=1)
     own = torch.ones(n_max, n_max, dtype=torch.bool, device=device).tril()[None] & query_valid[:, None, :]
-    response_mask = torch.cat([prompt_valid[row_of][:, None, :].expand(-1, n_max, -1), own], dim=2)
+    response_mask = torch.cat([prompt_valid[group_of_response][:, None, :].expand(-1, n_max, -1), own], dim=2)
     response_mask[:, :, 0] |= ~query_valid  # filler query rows: allow key 0 (a real prompt token)
     real_entries = torch.cat(
         [

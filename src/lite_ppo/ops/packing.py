@@ -14,6 +14,11 @@ compute it for G copies.
 This module only builds indices and masks (pure tensor code); running the model on them is the
 caller's business.
 
+By default each group gets a row of its own, padded to the longest; ``one_row=True`` concatenates
+the groups into a single row with no padding at all (a group then starts at each prompt token that
+follows a response token: see :func:`packed_attention_mask`). The model computes the same values
+either way; one row saves the padding's compute.
+
 Layout of the input (the rollout layout): ``input_ids`` [B, P + R] = prompt left-padded to P, then
 the response right-padded to R; ``attention_mask`` 1 on real tokens; ``group_ids`` [B] (rows of one
 group share the prompt).
@@ -25,6 +30,9 @@ Example:
     >>> packed = pack_shared_prompts(ids, mask, prompt_width=3, group_ids=torch.tensor([0, 0]))
     >>> packed.input_ids.tolist(), packed.position_ids.tolist()
     ([[5, 6, 7, 8, 9]], [[0, 1, 2, 3, 2]])
+    >>> two = pack_shared_prompts(ids, mask, prompt_width=3, group_ids=torch.tensor([0, 1]), one_row=True)
+    >>> two.input_ids.tolist(), two.segment_ids.tolist()
+    ([[5, 6, 7, 8, 5, 6, 9]], [[0, 0, 1, 1, 0, 0, 1]])
 """
 
 from __future__ import annotations
@@ -38,12 +46,13 @@ __all__ = ["PackedGroups", "group_rows", "pack_shared_prompts", "packed_attentio
 
 @dataclass
 class PackedGroups:
-    """One packed row per group, and where each response token's predicting position lies.
+    """Packed groups (one row each, or all in one row), and where each response token's predicting
+    position lies.
 
-    Shapes (n = groups, L = longest packed row, B = responses, R = response width):
+    Shapes (n = rows: the groups, or 1; L = longest packed row, B = responses, R = response width):
 
     - ``input_ids`` [n, L] (``pad_token_id`` after the row's end), ``position_ids`` [n, L].
-    - ``segment_ids`` [n, L]: 0 on prompt tokens, k on the tokens of the row's k-th response
+    - ``segment_ids`` [n, L]: 0 on prompt tokens, k on the tokens of the group's k-th response
       (1-based), -1 on padding.
     - ``row`` [B]: the packed row of each response.
     - ``predict_index`` [B, R]: the packed column whose output predicts response token t (the last
@@ -71,14 +80,19 @@ class PackedGroups:
 def packed_attention_mask(segment_ids: torch.Tensor) -> torch.Tensor:
     """Attention mask of packed rows: [n, L] segment ids -> [n, 1, L, L] bool (True = may attend).
 
-    Query i attends to key j <= i when j is a prompt token (segment 0) or in i's own segment.
-    Padding (segment -1) attends to itself only, so no row of the mask is empty (an all-masked
-    row would turn into NaN in softmax).
+    Query i attends to key j <= i of its own group when j is a prompt token (segment 0) or in i's
+    own segment. A group starts at every prompt token that does not follow another prompt token
+    (rows may hold several groups back to back). Padding (segment -1) attends to itself only, so no
+    row of the mask is empty (an all-masked row would turn into NaN in softmax).
     """
     n, length = segment_ids.shape
     causal = torch.ones(length, length, dtype=torch.bool, device=segment_ids.device).tril()
+    previous = torch.full_like(segment_ids, -1)
+    previous[:, 1:] = segment_ids[:, :-1]
+    group = torch.cumsum((segment_ids == 0) & (previous != 0), dim=1)  # [n, L] group number within the row
     query, key = segment_ids[:, :, None], segment_ids[:, None, :]
-    visible = causal & (query >= 0) & ((key == 0) | (key == query))
+    same_group = group[:, :, None] == group[:, None, :]
+    visible = causal & same_group & (query >= 0) & ((key == 0) | (key == query))
     visible |= torch.eye(length, dtype=torch.bool, device=segment_ids.device)
     return visible[:, None]
 
@@ -113,10 +127,12 @@ def pack_shared_prompts(
     prompt_width: int,
     group_ids: torch.Tensor,
     pad_token_id: int = 0,
+    one_row: bool = False,
 ) -> PackedGroups:
     """Pack each group of responses behind one copy of its prompt.
 
-    Groups are packed in the order of their first row. The rows of a group must hold the same
+    Groups are packed in the order of their first row, one row each (padded to the longest) or,
+    with ``one_row``, all in a single row without padding. The rows of a group must hold the same
     prompt (checked: a ``ValueError`` otherwise). The prompt's real tokens get positions
     0 .. p - 1 and each response's tokens p .. p + len - 1, the positions of the unpacked,
     left-padded layout (``attention_mask.cumsum(-1) - 1``).
@@ -128,6 +144,8 @@ def pack_shared_prompts(
         prompt_width: P.
         group_ids: [B] the group (prompt) of each row.
         pad_token_id: the id written after each packed row's end.
+        one_row: concatenate the packed groups into one row (no padding). Groups without a
+            response token are then left out (nothing to score; their rows' ``response_valid`` is 0).
 
     Returns:
         :class:`PackedGroups`.
@@ -139,12 +157,16 @@ def pack_shared_prompts(
     prompt_lengths = real[:, :prompt_width].sum(-1).tolist()
     response_lengths = real[:, prompt_width:].sum(-1).tolist()
     groups = [rows.tolist() for rows in group_rows(group_ids)]
+    if one_row:
+        # A group without a response token has nothing to score, and in one row its prompt would
+        # run into the next group's: leave it out (keeping one group when all are empty).
+        groups = [members for members in groups if any(response_lengths[b] for b in members)] or groups[:1]
 
     rows_ids, rows_pos, rows_seg = [], [], []
     row = torch.zeros(num_rows, dtype=torch.long)
     predict_index = torch.zeros(num_rows, response_width, dtype=torch.long)
     response_valid = torch.zeros(num_rows, response_width, dtype=torch.long)
-    for r, members in enumerate(groups):
+    for members in groups:
         first = members[0]
         p = prompt_lengths[first]
         if p == 0:
@@ -157,6 +179,7 @@ def pack_shared_prompts(
                 raise ValueError(
                     f"rows {first} and {b} share group id {group_ids[first].item()} but not the same prompt"
                 )
+        r = len(rows_ids)  # this group's packed row
         ids, pos, seg = [prompt], [torch.arange(p)], [torch.zeros(p, dtype=torch.long)]
         offset = p  # packed column of the next token
         for k, b in enumerate(members, start=1):
@@ -167,13 +190,19 @@ def pack_shared_prompts(
             row[b] = r
             # Token t is predicted by the output at the previous token: the last prompt token
             # for t = 0, this response's token t - 1 otherwise.
-            predict_index[b, :n] = torch.cat([torch.tensor([p - 1]), torch.arange(offset, offset + n - 1)])[:n]
+            predict_index[b, :n] = torch.cat([torch.tensor([p - 1]), torch.arange(offset, offset + max(n - 1, 0))])[:n]
             response_valid[b, :n] = 1
             offset += n
         rows_ids.append(torch.cat(ids))
         rows_pos.append(torch.cat(pos))
         rows_seg.append(torch.cat(seg))
 
+    if one_row and rows_ids:
+        # Group r's columns move right by the tokens of the groups before it.
+        shift = torch.tensor([0] + [len(x) for x in rows_ids[:-1]]).cumsum(0)
+        predict_index += shift[row][:, None] * response_valid
+        row.zero_()
+        rows_ids, rows_pos, rows_seg = [torch.cat(rows_ids)], [torch.cat(rows_pos)], [torch.cat(rows_seg)]
     length = max((len(x) for x in rows_ids), default=0)
     pad = lambda xs, value: torch.stack([torch.nn.functional.pad(x, (0, length - len(x)), value=value) for x in xs])  # noqa: E731
     return PackedGroups(
