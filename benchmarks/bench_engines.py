@@ -13,6 +13,10 @@ Usage (the defaults are the issue's setting: the tiny test model and SmolLM2-135
     python benchmarks/bench_engines.py --model builtin:tiny --prompts 4 --n 2 --max-new-tokens 16
     python benchmarks/bench_engines.py --model /path/to/hf/folder --json results.json
     python benchmarks/bench_engines.py --prompts 8 --n 4 --max-new-tokens 128   # a few minutes on 2 cores
+    python benchmarks/bench_engines.py --engines vllm --vllm-dtype float32 --compiled   # torch.compile'd vLLM
+
+``--compiled`` builds the vLLM engines with ``enforce_eager: false``: compare its startup (first time,
+then with vLLM's compile cache warm: run it twice) and tokens/s with an eager run's.
 
 ``--model`` takes a local HF folder or a ``builtin:`` name (resolved by
 ``lite_ppo.models.resolve_model``). Sampling defaults are the paper's (temperature 0.99,
@@ -59,6 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=["bfloat16", "float32"],
         help="dtype of the HF policy (the trainer's weights)",
     )
+    p.add_argument("--compiled", action="store_true", help="vLLM with enforce_eager: false (torch.compile)")
     p.add_argument("--hf-batch-size", type=int, default=16, help="prompts per HF generate call")
     p.add_argument("--kv-cache-gib", type=float, default=2.0)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -151,7 +156,9 @@ def bench_one(args: argparse.Namespace, model_name: str) -> dict:
 
         # One engine at a time in this process (each is closed before the next is built).
         for vllm_dtype in _dtypes(args.vllm_dtype):
-            engine = VLLMEngine(dtype=vllm_dtype, kv_cache_space_gib=args.kv_cache_gib, seed=args.seed)
+            engine = VLLMEngine(
+                dtype=vllm_dtype, kv_cache_space_gib=args.kv_cache_gib, seed=args.seed, enforce_eager=not args.compiled
+            )
             engine.setup(policy, tokenizer, path)
             _, first_generate = _timed(lambda engine=engine: engine.generate(prompts[:2], warmup, seed=args.seed))
             groups, seconds = _timed(lambda engine=engine: engine.generate(prompts, sampling, seed=args.seed))
@@ -159,7 +166,7 @@ def bench_one(args: argparse.Namespace, model_name: str) -> dict:
             engine.sync_weights(policy)  # the first sync also pays one-off costs; report the second
             first_sync = engine.last_sync_seconds
             engine.sync_weights(policy)
-            key = _vllm_key(vllm_dtype, args.vllm_dtype)
+            key = _vllm_key(vllm_dtype, args.vllm_dtype) + ("-compiled" if args.compiled else "")
             result[key] = dict(
                 engine="VLLMEngine",
                 dtype=str(engine.engine_dtype).replace("torch.", ""),

