@@ -271,6 +271,21 @@ def main() -> None:
     parser.add_argument("--gather-bucket", type=int, default=0, help="zero3: also measure the bucketed gather")
     parser.add_argument("--offload-optimizer", action="store_true", help="zero3: offload optimizer states to the CPU")
     _worker(parser.parse_args())
+    exit_without_finalizing(0)
+
+
+def exit_without_finalizing(code: int) -> None:
+    """End a worker process without Python's finalization (``os._exit``), its results already saved.
+
+    A gloo worker thread drops its last reference to a finished all-gather's tensors a moment after
+    the collective returns, which needs the GIL; if the main thread is finalizing the interpreter by
+    then, that thread is unwound inside a noexcept destructor and the process aborts ("terminate
+    called without an active exception", exit -6; seen in gdb: ``~AsyncAllgatherWork`` ->
+    ``decref_pyobject`` -> ``take_gil`` -> ``pthread_exit``), in most runs on a fast 2-core machine.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 # --------------------------------------------------------------------------------- launching

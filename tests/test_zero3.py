@@ -33,6 +33,7 @@ sys.path.insert(0, str(HERE))
 from test_distributed import (  # noqa: E402
     _free_port,
     assert_same_as_single,
+    exit_without_finalizing,
     initial_weights,
     launch,
     load_results,
@@ -374,4 +375,10 @@ if __name__ == "__main__":
     skip_deepspeed_shm_op()
     from lite_ppo.cli import main
 
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except SystemExit as done:  # the CLI's own exit, then out without finalizing (see the helper)
+        if done.code is not None and not isinstance(done.code, int):
+            print(done.code, file=sys.stderr)
+        exit_without_finalizing(done.code if isinstance(done.code, int) else int(done.code is not None))
+    exit_without_finalizing(0)
