@@ -92,6 +92,18 @@ def test_token_budget_micro_batches_keep_the_update_and_the_budget(tiny_model_pa
     assert budget[1].scalars["update/padding_efficiency"] > count[1].scalars["update/padding_efficiency"]
 
 
+def test_packed_token_budget_sums_the_groups_of_a_pass(tiny_model_path):
+    sizes = ForwardSizes()
+    budget = _step(
+        tiny_model_path, _batch(), num_mini_batches=1, pack_prompts=True, micro_batch_tokens=19, extra=[sizes]
+    )
+    plain = _step(tiny_model_path, _batch(), num_mini_batches=1, pack_prompts=False)
+    _assert_same_update(*budget, *plain)
+    # Packed groups of 8, 11, 10, 6 tokens, longest first, while the *sum* fits in 19 (one row, no
+    # padding): {11}, {10, 8}, {6}. Budgeted as padded rows (n x longest) it would be {11}, {10}, {8, 6}.
+    assert sizes.sizes == [11, 18, 6]
+
+
 @pytest.mark.parametrize(("split", "sizes"), [("group", [18, 17]), ("row", [24, 22])])
 def test_group_mini_batches_compute_each_prompt_once_per_update(tiny_model_path, split, sizes):
     forwards = ForwardSizes()

@@ -15,7 +15,14 @@ from lite_ppo.ops.micro_batches import (
 )
 from lite_ppo.ops.mini_batches import MINI_BATCH_SPLITS, mini_batch_rows
 from lite_ppo.ops.packed_attention import SharedPromptLayout, shared_prompt_attention, shared_prompt_layout
-from lite_ppo.ops.packing import PackedGroups, group_rows, pack_shared_prompts, packed_attention_mask, packed_lengths
+from lite_ppo.ops.packing import (
+    PackedGroups,
+    group_rows,
+    group_starts,
+    pack_shared_prompts,
+    packed_attention_mask,
+    packed_lengths,
+)
 from lite_ppo.ops.policy_loss import clip_fractions, clipped_surrogate
 from lite_ppo.ops.stats import masked_mean, masked_std, masked_sum
 
@@ -26,6 +33,7 @@ __all__ = [
     "chunked_logprobs_and_entropy",
     "masked_chunked_logprobs_and_entropy",
     "group_rows",
+    "group_starts",
     "pack_shared_prompts",
     "packed_attention_mask",
     "packed_lengths",

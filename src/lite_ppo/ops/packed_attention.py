@@ -37,6 +37,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from lite_ppo.ops.packing import group_starts
+
 __all__ = ["SharedPromptLayout", "shared_prompt_attention", "shared_prompt_layout"]
 
 
@@ -69,15 +71,12 @@ def shared_prompt_layout(segment_ids: torch.Tensor) -> SharedPromptLayout:
     """The block layout of packed rows from their [n, L] segment ids (``PackedGroups.segment_ids``:
     0 prompt, k the group's k-th response, -1 padding; each segment contiguous).
 
-    A row holds one or more groups back to back, each its prompt then its responses: a group
-    starts at every prompt token that does not follow another prompt token of the row.
+    A row holds one or more groups back to back, each its prompt then its responses
+    (``ops.group_starts`` finds where each begins).
     """
-    n, length = segment_ids.shape
     device = segment_ids.device
     seg = segment_ids.reshape(-1)  # one entry per flat packed position
-    previous = torch.full_like(segment_ids, -1)  # a row's first token follows nothing
-    previous[:, 1:] = segment_ids[:, :-1]
-    opens_group = (seg == 0) & (previous.reshape(-1) != 0)
+    opens_group = group_starts(segment_ids).reshape(-1)
     group_start = opens_group.nonzero().squeeze(1)  # [G] flat position of each group's first token
     num_groups = len(group_start)
     group_of = torch.cumsum(opens_group, 0) - 1  # group of each real position

@@ -41,7 +41,14 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PackedGroups", "group_rows", "pack_shared_prompts", "packed_attention_mask", "packed_lengths"]
+__all__ = [
+    "PackedGroups",
+    "group_rows",
+    "group_starts",
+    "pack_shared_prompts",
+    "packed_attention_mask",
+    "packed_lengths",
+]
 
 
 @dataclass
@@ -87,14 +94,20 @@ def packed_attention_mask(segment_ids: torch.Tensor) -> torch.Tensor:
     """
     n, length = segment_ids.shape
     causal = torch.ones(length, length, dtype=torch.bool, device=segment_ids.device).tril()
-    previous = torch.full_like(segment_ids, -1)
-    previous[:, 1:] = segment_ids[:, :-1]
-    group = torch.cumsum((segment_ids == 0) & (previous != 0), dim=1)  # [n, L] group number within the row
+    group = torch.cumsum(group_starts(segment_ids), dim=1)  # [n, L] group number within the row
     query, key = segment_ids[:, :, None], segment_ids[:, None, :]
     same_group = group[:, :, None] == group[:, None, :]
     visible = causal & same_group & (query >= 0) & ((key == 0) | (key == query))
     visible |= torch.eye(length, dtype=torch.bool, device=segment_ids.device)
     return visible[:, None]
+
+
+def group_starts(segment_ids: torch.Tensor) -> torch.Tensor:
+    """[n, L] bool: True at the first token of each packed group, a prompt token (segment 0) at the
+    row's start or after a token of another segment (rows may hold several groups back to back)."""
+    previous = torch.full_like(segment_ids, -1)  # a row's first token follows nothing
+    previous[:, 1:] = segment_ids[:, :-1]
+    return (segment_ids == 0) & (previous != 0)
 
 
 def group_rows(group_ids: torch.Tensor) -> list[torch.Tensor]:
@@ -179,9 +192,10 @@ def pack_shared_prompts(
                 raise ValueError(
                     f"rows {first} and {b} share group id {group_ids[first].item()} but not the same prompt"
                 )
-        r = len(rows_ids)  # this group's packed row
+        r = 0 if one_row else len(rows_ids)  # this group's packed row
+        start = sum(map(len, rows_ids)) if one_row else 0  # packed column of the prompt's first token
         ids, pos, seg = [prompt], [torch.arange(p)], [torch.zeros(p, dtype=torch.long)]
-        offset = p  # packed column of the next token
+        offset = start + p  # packed column of the next token
         for k, b in enumerate(members, start=1):
             n = response_lengths[b]
             ids.append(input_ids[b, prompt_width : prompt_width + n])
@@ -190,7 +204,9 @@ def pack_shared_prompts(
             row[b] = r
             # Token t is predicted by the output at the previous token: the last prompt token
             # for t = 0, this response's token t - 1 otherwise.
-            predict_index[b, :n] = torch.cat([torch.tensor([p - 1]), torch.arange(offset, offset + max(n - 1, 0))])[:n]
+            predict_index[b, :n] = torch.cat(
+                [torch.tensor([start + p - 1]), torch.arange(offset, offset + max(n - 1, 0))]
+            )[:n]
             response_valid[b, :n] = 1
             offset += n
         rows_ids.append(torch.cat(ids))
@@ -198,10 +214,6 @@ def pack_shared_prompts(
         rows_seg.append(torch.cat(seg))
 
     if one_row and rows_ids:
-        # Group r's columns move right by the tokens of the groups before it.
-        shift = torch.tensor([0] + [len(x) for x in rows_ids[:-1]]).cumsum(0)
-        predict_index += shift[row][:, None] * response_valid
-        row.zero_()
         rows_ids, rows_pos, rows_seg = [torch.cat(rows_ids)], [torch.cat(rows_pos)], [torch.cat(rows_seg)]
     length = max((len(x) for x in rows_ids), default=0)
     pad = lambda xs, value: torch.stack([torch.nn.functional.pad(x, (0, length - len(x)), value=value) for x in xs])  # noqa: E731
