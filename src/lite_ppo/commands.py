@@ -26,6 +26,7 @@ import re
 import sys
 from dataclasses import dataclass
 
+from lite_ppo.allocator import retain_freed_memory
 from lite_ppo.errors import UserError
 
 __all__ = ["COMMANDS", "REMOVED", "Command", "main"]
@@ -181,6 +182,9 @@ def _run(argv: list[str] | None) -> int | None:
             if status is not None:
                 raise SystemExit(status)
         function = _load(command.target)
+        # Before the command allocates anything large: freed memory stays for the next tensor
+        # (lite_ppo.allocator; LITE_PPO_RETAIN_FREED_MEMORY=0 turns it off).
+        retain_freed_memory()
         if command.lightning:
             return function([name, *rest])
         raise SystemExit(function(rest))

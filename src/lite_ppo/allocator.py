@@ -1,0 +1,63 @@
+"""Keep freed heap memory in the process for the next tensor instead of handing it back to the OS.
+
+glibc's malloc serves every allocation above its mmap threshold (128 KiB at start, raised up to
+32 MiB as such blocks are freed) with fresh pages from ``mmap`` and returns them with ``munmap`` on
+free; blocks below it come from the heap, whose free top is trimmed back to the OS too. A training
+step allocates and frees the same large tensors over and over (activations, the [tokens, vocabulary]
+logits of a log-prob chunk, the tied embedding's [V, H] gradient, vLLM's per-step buffers), and each
+new one page-faults its memory in again: the kernel zeroes every 4 KiB page on first touch, one page
+fault at a time, on the thread that touches it. Measured on this project's 2-core CPU (SmolLM2-135M,
+fp32): one forward + backward of a quickstart mini-batch took 227,000 minor page faults and 0.6-0.75 s
+of system time; with freed memory kept, none and 0.04-0.13 s. ``torch.exp`` of a [511, 49152] float32
+tensor into a new tensor: 31 ms, into reused memory 12 ms.
+
+:func:`retain_freed_memory` tells glibc to serve every block from the heap (``M_MMAP_MAX`` 0) and to
+keep its free top (``M_TRIM_THRESHOLD`` INT_MAX), as tcmalloc and jemalloc (what vLLM's CPU docs
+preload for the same reason) do by design. Results are bit-for-bit the same; only where memory comes
+from changes. Freed memory then stays in the process, available to it but not to other processes: its
+resident size stays near its peak. ``lite-ppo`` applies it at start (``lite_ppo.commands``) unless
+``LITE_PPO_RETAIN_FREED_MEMORY=0``; it does nothing where the C library has no ``mallopt`` (macOS,
+Windows, musl) or another allocator is preloaded (``LD_PRELOAD``), which then decides.
+
+Example:
+    >>> from lite_ppo.allocator import retain_freed_memory
+    >>> retain_freed_memory()  # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+
+__all__ = ["DISABLE_ENV", "retain_freed_memory"]
+
+DISABLE_ENV = "LITE_PPO_RETAIN_FREED_MEMORY"
+
+# mallopt parameters, from glibc's <malloc.h>.
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_MAX = -4
+_INT_MAX = 2**31 - 1
+
+
+def retain_freed_memory(environ: dict[str, str] | None = None) -> bool:
+    """Make glibc malloc keep freed memory for reuse (see the module docstring).
+
+    Returns whether the setting was applied: False when ``LITE_PPO_RETAIN_FREED_MEMORY`` is 0/false/no/off,
+    another allocator is preloaded, or the C library is not glibc.
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get(DISABLE_ENV, "").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    preloaded = environ.get("LD_PRELOAD", "")
+    if "malloc" in preloaded:  # tcmalloc, jemalloc, mimalloc: they keep freed memory already
+        return False
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is None:
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    # mallopt returns 1 on success.
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _INT_MAX))
