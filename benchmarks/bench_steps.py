@@ -24,7 +24,9 @@ after the fit on the same thread count. It prints one row per step, then a table
 the steady-state steps (after ``--warmup``) of every run stored under each ``--label`` of the
 workload, side by side, with the ratio to the first label; and it adds the run to ``--json``
 (default ``runs/bench_steps.json``). Runs with the same label and the same settings accumulate (run
-the labels interleaved for a fair series); a label run with other settings replaces its old runs.
+the labels interleaved for a fair series); a label run with other settings replaces its old runs
+(settings: the configs, the overrides, the step count, and whether the fit keeps freed memory,
+``lite_ppo.allocator``: ``LITE_PPO_RETAIN_FREED_MEMORY=0`` runs it without).
 
 Training GFLOP/s = 6 x P x T / t_update, where P is the policy's parameter count (tied embeddings
 once), T the non-padding token positions of the forward passes with gradient in the step (each
@@ -56,6 +58,7 @@ import step_meter  # noqa: E402
 import torch  # noqa: E402
 
 from lite_ppo import metric_names as names  # noqa: E402
+from lite_ppo.allocator import retention_enabled  # noqa: E402
 from lite_ppo.cli import main  # noqa: E402
 from lite_ppo.research.scalars import read_scalars  # noqa: E402
 
@@ -217,6 +220,7 @@ def run_once(
             "torch": torch.__version__,
             "loadavg_before": load_before,
             "loadavg_after": os.getloadavg(),
+            "freed_memory_kept": retention_enabled(),
         },
     }
 
@@ -362,7 +366,8 @@ def print_steps(run: dict[str, Any]) -> None:
         f"matmul probe {before['n']}^2 fp32: {before['gflops_best']:.1f} GFLOP/s before the fit "
         f"({before['threads']} threads), {after['gflops_best']:.1f} after ({after['threads']} threads); "
         f"policy {run['params'] / 1e6:.1f} M parameters; "
-        f"load average {run['machine']['loadavg_before'][0]:.2f} -> {run['machine']['loadavg_after'][0]:.2f}"
+        f"load average {run['machine']['loadavg_before'][0]:.2f} -> {run['machine']['loadavg_after'][0]:.2f}; "
+        f"freed memory kept: {'yes' if run['machine'].get('freed_memory_kept') else 'no'}"
     )
     update_threads = {row.get("update_threads") for row in run["steps"]} - {None}
     if update_threads and update_threads != {after["threads"]}:
@@ -486,6 +491,7 @@ def main_cli(argv: list[str] | None = None) -> None:
         ],
         "overrides": overrides,
         "steps": known.steps,
+        "freed_memory_kept": retention_enabled(),  # lite_ppo.allocator (LITE_PPO_RETAIN_FREED_MEMORY)
     }
     data = store(known.json, known.workload, known.label, signature, run)
     print_steps(run)

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from lite_ppo.allocator import DISABLE_ENV, retain_freed_memory
+from lite_ppo.allocator import DISABLE_ENV, retain_freed_memory, retention_enabled
 
 SIZES_MIB = (64, 8, 100, 3, 16)
 PAGES = sum(SIZES_MIB) * 2**20 // 4096  # pages one step writes
@@ -90,4 +90,10 @@ def test_lite_ppo_applies_it_at_start_unless_turned_off():
 )
 def test_turned_off_or_left_to_a_preloaded_allocator(environ):
     # Returns before touching the allocator, so this process is left as it was.
+    assert retention_enabled(environ) is False
     assert retain_freed_memory(environ) is False
+
+
+@glibc_only
+def test_enabled_by_default_on_glibc():
+    assert retention_enabled({}) is True

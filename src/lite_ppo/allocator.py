@@ -30,8 +30,9 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+from collections.abc import Mapping
 
-__all__ = ["DISABLE_ENV", "retain_freed_memory"]
+__all__ = ["DISABLE_ENV", "retain_freed_memory", "retention_enabled"]
 
 DISABLE_ENV = "LITE_PPO_RETAIN_FREED_MEMORY"
 
@@ -41,23 +42,29 @@ _M_MMAP_MAX = -4
 _INT_MAX = 2**31 - 1
 
 
-def retain_freed_memory(environ: dict[str, str] | None = None) -> bool:
-    """Make glibc malloc keep freed memory for reuse (see the module docstring).
-
-    Returns whether the setting was applied: False when ``LITE_PPO_RETAIN_FREED_MEMORY`` is 0/false/no/off,
-    another allocator is preloaded, or the C library is not glibc.
-    """
+def retention_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether :func:`retain_freed_memory` applies here: not turned off by ``LITE_PPO_RETAIN_FREED_MEMORY``
+    (0/false/no/off), no allocator preloaded, and glibc's ``mallopt`` available. Changes nothing."""
     environ = os.environ if environ is None else environ
     if environ.get(DISABLE_ENV, "").strip().lower() in ("0", "false", "no", "off"):
         return False
-    preloaded = environ.get("LD_PRELOAD", "")
-    if "malloc" in preloaded:  # tcmalloc, jemalloc, mimalloc: they keep freed memory already
+    if "malloc" in environ.get("LD_PRELOAD", ""):  # tcmalloc, jemalloc, mimalloc: they keep freed memory already
         return False
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc" and _mallopt() is not None
+
+
+def retain_freed_memory(environ: Mapping[str, str] | None = None) -> bool:
+    """Make glibc malloc keep freed memory for reuse (see the module docstring); returns whether it
+    was applied (:func:`retention_enabled`)."""
+    if not retention_enabled(environ):
         return False
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is None:
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    mallopt = _mallopt()
     # mallopt returns 1 on success.
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _INT_MAX))
+
+
+def _mallopt():
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is not None:
+        mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return mallopt
