@@ -5,6 +5,8 @@ a "step" that allocates and fills tensors of 64, 8, 100, 3 and 16 MiB and frees 
 minor page faults of each step. Without the setting glibc unmaps (or trims) the freed blocks and
 every step faults most of their 48,896 pages in again; with it the heap keeps them, and after a few
 steps (while the free blocks settle into sizes the next allocations fit) no step faults at all.
+A training run computes the same bits either way (reused memory is not zeroed as fresh pages are, so
+code that read ``torch.empty`` as zeros would show up there).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import sys
 
 import pytest
 
+from conftest import read_scalars, tiny_fit_args
 from lite_ppo.allocator import DISABLE_ENV, retain_freed_memory, retention_enabled
+from lite_ppo.models import resolve_model
 
 SIZES_MIB = (64, 8, 100, 3, 16)
 PAGES = sum(SIZES_MIB) * 2**20 // 4096  # pages one step writes
@@ -97,3 +101,39 @@ def test_turned_off_or_left_to_a_preloaded_allocator(environ):
 @glibc_only
 def test_enabled_by_default_on_glibc():
     assert retention_enabled({}) is True
+
+
+FIT = """
+import json, sys
+from lite_ppo.commands import main
+try:
+    main(json.loads(sys.argv[1]))
+except SystemExit as done:
+    if done.code:
+        raise
+"""
+
+# Scalars that depend only on the computation (not on timing or memory).
+COMPUTED = ["loss/policy", "update/grad_norm", "policy/entropy", "policy/approx_kl", "clip/fraction", "reward/mean"]
+
+
+@glibc_only
+@pytest.mark.slow
+def test_training_computes_the_same_bits_with_and_without(tmp_path):
+    model = resolve_model("builtin:tiny-arith")  # the smoke model: it earns rewards, so gradients are not 0
+
+    environ = {k: v for k, v in os.environ.items() if k not in (DISABLE_ENV, "LD_PRELOAD")}
+    runs = {}
+    for name, env in (("kept", {}), ("glibc", {DISABLE_ENV: "0"})):
+        args = tiny_fit_args(tmp_path / name, "--model.model_path", model)
+        subprocess.run(
+            [sys.executable, "-c", FIT, json.dumps(args)],
+            env={**environ, **env},
+            check=True,
+            timeout=600,
+            capture_output=True,
+        )
+        runs[name] = read_scalars(tmp_path / name / "tb")
+    for tag in COMPUTED:
+        assert runs["kept"][tag] == runs["glibc"][tag], tag
+    assert len(runs["kept"]["update/grad_norm"]) == 3 and all(v > 0 for _, v in runs["kept"]["update/grad_norm"])
