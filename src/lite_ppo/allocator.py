@@ -8,7 +8,8 @@ logits of a log-prob chunk, the tied embedding's [V, H] gradient, vLLM's per-ste
 new one page-faults its memory in again: the kernel zeroes every 4 KiB page on first touch, one page
 fault at a time, on the thread that touches it. Measured on this project's 2-core CPU (SmolLM2-135M,
 fp32): one forward + backward of a quickstart mini-batch took 227,000 minor page faults and 0.6-0.75 s
-of system time; with freed memory kept, none and 0.04-0.13 s. ``torch.exp`` of a [511, 49152] float32
+of system time; with freed memory kept, none (once the heap holds blocks of the sizes a step asks
+for, after a step or two) and 0.04-0.13 s. ``torch.exp`` of a [511, 49152] float32
 tensor into a new tensor: 31 ms, into reused memory 12 ms.
 
 :func:`retain_freed_memory` tells glibc to serve every block from the heap (``M_MMAP_MAX`` 0) and to
