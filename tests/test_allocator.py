@@ -112,8 +112,23 @@ def test_turned_off_or_left_to_a_preloaded_allocator(environ):
 
 
 @glibc_only
-def test_enabled_by_default_on_glibc():
-    assert retention_enabled({}) is True
+@pytest.mark.parametrize("setting", ["", "1", "yes", " On "])
+def test_enabled_by_default_on_glibc(setting):
+    assert retention_enabled({DISABLE_ENV: setting}) is True
+
+
+def test_a_misspelt_setting_is_refused_in_one_line():
+    out = subprocess.run(
+        [sys.executable, "-m", "lite_ppo.cli", "data", "--help"],
+        env={**os.environ, DISABLE_ENV: "nope"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        f"lite-ppo data: error: {DISABLE_ENV}='nope': expected 0/false/no/off or 1/true/yes/on"
+    )
 
 
 FIT = """

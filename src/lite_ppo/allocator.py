@@ -33,6 +33,8 @@ import os
 import platform
 from collections.abc import Mapping
 
+from lite_ppo.errors import UserError
+
 __all__ = ["DISABLE_ENV", "retain_freed_memory", "retention_enabled"]
 
 DISABLE_ENV = "LITE_PPO_RETAIN_FREED_MEMORY"
@@ -43,11 +45,22 @@ _M_MMAP_MAX = -4
 _INT_MAX = 2**31 - 1
 
 
+_OFF = ("0", "false", "no", "off")
+_ON = ("", "1", "true", "yes", "on")
+
+
 def retention_enabled(environ: Mapping[str, str] | None = None) -> bool:
     """Whether :func:`retain_freed_memory` applies here: not turned off by ``LITE_PPO_RETAIN_FREED_MEMORY``
-    (0/false/no/off), no allocator preloaded, and glibc's ``mallopt`` available. Changes nothing."""
+    (0/false/no/off), no allocator preloaded, and glibc's ``mallopt`` available. Changes nothing.
+
+    Raises:
+        UserError: the variable holds anything else than those values or 1/true/yes/on (or nothing).
+    """
     environ = os.environ if environ is None else environ
-    if environ.get(DISABLE_ENV, "").strip().lower() in ("0", "false", "no", "off"):
+    setting = environ.get(DISABLE_ENV, "").strip().lower()
+    if setting not in _OFF + _ON:
+        raise UserError(f"{DISABLE_ENV}={environ[DISABLE_ENV]!r}: expected 0/false/no/off or 1/true/yes/on")
+    if setting in _OFF:
         return False
     if "malloc" in environ.get("LD_PRELOAD", ""):  # tcmalloc, jemalloc, mimalloc: they keep freed memory already
         return False
