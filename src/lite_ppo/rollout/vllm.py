@@ -70,10 +70,11 @@ class VLLMEngine(RolloutEngine):
             Synced weights are converted to it. Use the policy's dtype for log-probs that match
             the trainer's (``configs/engines/vllm_cpu.yaml`` sets float32).
         enforce_eager: skip torch.compile / CUDA graphs. On a 2-core AVX-512 CPU compiled mode
-            generated the quickstart's rollouts ~23 % faster, but the engine took ~10 s longer
-            to start once vLLM's compile cache (``~/.cache/vllm``) held the model, and 50-70 s
-            the first time: worth it for long runs, so eager is the default
-            (``benchmarks/bench_engines.py --compiled`` measures both on your machine).
+            generated the quickstart's rollouts 2-23 % faster (less since the samples share their
+            prompt's prefill), but the engine took 10-20 s longer to start once vLLM's compile
+            cache (``~/.cache/vllm``) held the model, and 50-80 s the first time: worth it for long
+            runs only, so eager is the default (``benchmarks/bench_engines.py --compiled`` measures
+            both on your machine).
         kv_cache_space_gib: CPU only: KV-cache size in GiB (fractions allowed). Sets
             ``VLLM_CPU_KVCACHE_SPACE`` when whole and passes the exact size to vLLM; None leaves
             the environment variable (or vLLM's own sizing) in charge. On GPU the KV cache is
