@@ -220,7 +220,7 @@ def run_once(
             "torch": torch.__version__,
             "loadavg_before": load_before,
             "loadavg_after": os.getloadavg(),
-            "freed_memory_kept": retention_enabled(),
+            "freed_memory_kept": retention_enabled(),  # lite_ppo.allocator (LITE_PPO_RETAIN_FREED_MEMORY)
         },
     }
 
@@ -491,7 +491,7 @@ def main_cli(argv: list[str] | None = None) -> None:
         ],
         "overrides": overrides,
         "steps": known.steps,
-        "freed_memory_kept": retention_enabled(),  # lite_ppo.allocator (LITE_PPO_RETAIN_FREED_MEMORY)
+        "freed_memory_kept": run["machine"]["freed_memory_kept"],
     }
     data = store(known.json, known.workload, known.label, signature, run)
     print_steps(run)

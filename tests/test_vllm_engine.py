@@ -292,8 +292,10 @@ def test_samples_of_a_prompt_share_its_prefill_in_whole_blocks(world):
     n, block = 4, 32
     _use(world, "initial")
     engine.llm.apply_model(_count_model_tokens)
-    engine.generate(prompts, SamplingConfig(n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=1), seed=2)
-    (counted,) = engine.llm.apply_model(_counted_tokens)
+    try:
+        engine.generate(prompts, SamplingConfig(n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=1), seed=2)
+    finally:
+        (counted,) = engine.llm.apply_model(_counted_tokens)  # and the hook removed, whatever happened
     expected = sum(len(p) + (n - 1) * (len(p) - block * ((len(p) - 1) // block)) for p in prompts)
     assert sum(counted) == expected, (counted, expected, [len(p) for p in prompts])
 

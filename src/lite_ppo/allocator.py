@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 from collections.abc import Mapping
@@ -77,6 +78,7 @@ def retain_freed_memory(environ: Mapping[str, str] | None = None) -> bool:
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _INT_MAX))
 
 
+@functools.cache
 def _mallopt():
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     if mallopt is not None:

