@@ -7,7 +7,7 @@ engine is missing, on the float32 policy), vLLM's startup time and first (cold) 
 time of one weight sync (float32 policy -> vLLM, in place). Each model runs in its own process;
 its vLLM engines are built one after the other in that process (each closed before the next).
 
-Usage (the defaults are the issue's setting: the tiny test model and SmolLM2-135M-Instruct)::
+Usage (the defaults: the tiny test model and SmolLM2-135M-Instruct)::
 
     python benchmarks/bench_engines.py
     python benchmarks/bench_engines.py --model builtin:tiny --prompts 4 --n 2 --max-new-tokens 16

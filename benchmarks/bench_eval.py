@@ -1,6 +1,6 @@
 r"""Greedy accuracy and wall time of ``lite-ppo evaluate`` with the HF engine and the vLLM engine.
 
-Default setting (issue 6): SmolLM2-135M-Instruct, greedy, GSM8K test (first 200 problems) and
+Default setting: SmolLM2-135M-Instruct, greedy, GSM8K test (first 200 problems) and
 MATH-500 (first 100), with the training prompt template and reward. Each engine runs
 ``lite-ppo evaluate`` in its own process (one in-process vLLM engine per process); the script
 then prints accuracy, wall time, generation tokens/s and truncation per engine and benchmark,

@@ -422,9 +422,7 @@ def _cell(value, fmt: str, width: int = 8) -> str:
 
 # -- command line ----------------------------------------------------------------------------------
 def main_cli(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="quickstart")
     parser.add_argument(
         "--config", action="append", help="config files, replacing the workload's (repeat; later ones win)"
@@ -458,8 +456,13 @@ def main_cli(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--report-only", action="store_true", help="print the stored table of the workload, run nothing"
     )
-    parser.add_argument("--probe-size", type=int, default=2048)
-    parser.add_argument("--probe-seconds", type=float, default=2.0)
+    parser.add_argument("--probe-size", type=int, default=2048, help="n of the n x n fp32 matmul probe (default 2048)")
+    parser.add_argument(
+        "--probe-seconds",
+        type=float,
+        default=2.0,
+        help="seconds each probe repeats its matmul, at least 3 times (default 2)",
+    )
     known, rest = parser.parse_known_args(argv)
     if known.report_only:
         if not known.json.exists():

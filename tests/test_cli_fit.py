@@ -12,7 +12,7 @@ from lite_ppo.cli import main
 
 pytestmark = pytest.mark.slow
 
-# The scalars issue 2 asks for, every step.
+# The scalars every step must log.
 REQUIRED = [
     "reward/mean",
     "reward/std",

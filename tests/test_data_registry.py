@@ -514,7 +514,7 @@ def test_missing_set_is_fetched_on_first_use(shared_data, tmp_path, monkeypatch,
         registry.locate("aime24", tmp_path)
 
 
-# ------------------------------------------------------------------ data-file errors (issue 11, item 12)
+# ------------------------------------------------------------------------------------ data-file errors
 def test_non_utf8_byte_names_file_line_and_field(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(

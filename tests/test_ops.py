@@ -1,4 +1,4 @@
-"""ops/: hand-computed cases and properties (PAPER.md equations)."""
+"""ops/: hand-computed cases and properties (the equations of docs/method.md)."""
 
 from __future__ import annotations
 

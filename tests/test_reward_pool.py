@@ -11,8 +11,8 @@ import pytest
 
 from lite_ppo.rewards import MathVerifyReward
 
-# Each of these keeps sympy busy for more than 15 s on this machine (the issue saw 16 such responses
-# take 80.7 s at a 5 s limit); faster-failing ones (deep \frac/\sqrt nesting, long sums) are left
+# Each of these keeps sympy busy for more than 15 s on this machine (16 such responses once took
+# 80.7 s at a 5 s limit); faster-failing ones (deep \frac/\sqrt nesting, long sums) are left
 # out so that a faster machine cannot turn a time-out into "unparsed".
 PATHOLOGICAL = [
     "\\boxed{9^{9^{9^{9^{9}}}}}",

@@ -1,5 +1,5 @@
 """Settings validated at fit start, over-long prompts, the excluded-advantage bound, resume with changed
-settings and the LR schedule's length (issue 11, items 5-9 and 12)."""
+settings and the LR schedule's length."""
 
 from __future__ import annotations
 

@@ -207,7 +207,7 @@ def _fit(tmp: Path, *extra: str) -> dict[str, list[float]]:
 
 
 def _scalar(scalars: dict[str, list[float]], *tags: str) -> list[float]:
-    """The first of ``tags`` that was logged (the rollout's refill tags were renamed under issue 10)."""
+    """The first of ``tags`` that was logged (the rollout's refill tags were renamed once)."""
     for tag in tags:
         if tag in scalars:
             return scalars[tag]

@@ -36,7 +36,7 @@ GRAD_NORM = "update/grad_norm"
 LEARNING_RATE = "update/lr"
 STEP_SECONDS = "time/step_s"  # wall seconds of the whole training step (rollout + update)
 
-# Added with issue 10 (the curated set); the names above are unchanged.
+# Added with the curated set of diagnostics; the names above are unchanged.
 REWARD_STATUS_RATE = "reward/<status>_rate"  # pattern: reward_status_rate(status)
 CLIP_FRACTION = "clip/fraction"  # share of loss tokens whose gradient the clip removed (either bound)
 CLIP_DUAL_NEGATIVE = "clip/dual_of_negative"  # share of A<0 tokens bounded by the dual clip
