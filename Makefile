@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 TORCH_SPEC ?= torch==2.13.0+cpu
 EXTRA ?= cpu,dev
 
-.PHONY: install train test test-fast lint bench clean
+.PHONY: install train test test-fast test-numerics lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,11 +31,17 @@ train: install
 	$(BIN)/lite-ppo fit --config configs/quickstart.yaml
 	$(BIN)/lite-ppo advise runs/lite_ppo --latest --paths
 
+# The 25 slowest tests are listed at the end (the suite's budget: 15 min on 2 cores of either CPU kind).
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow and not vllm"
+
+# The numerics-sensitive tests at the CPU dispatch level below this machine's own (CI runs this too).
+test-numerics: install
+	@echo "numerics-sensitive tests under: $$($(BIN)/python tests/helpers/dispatch.py)"
+	env $$($(BIN)/python tests/helpers/dispatch.py) $(BIN)/python -m pytest -q -m numerics --durations=10
 
 # ruff (configured in pyproject.toml, Lightning's line length); tests/test_lint.py runs the same.
 lint: install

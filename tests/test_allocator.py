@@ -147,6 +147,7 @@ COMPUTED = ["loss/policy", "update/grad_norm", "policy/entropy", "policy/approx_
 
 @glibc_only
 @pytest.mark.slow
+@pytest.mark.numerics
 def test_training_computes_the_same_bits_with_and_without(tmp_path):
     model = resolve_model("builtin:tiny-arith")  # the smoke model: it earns rewards, so gradients are not 0
 
@@ -164,4 +165,7 @@ def test_training_computes_the_same_bits_with_and_without(tmp_path):
         runs[name] = read_scalars(tmp_path / name / "tb")
     for tag in COMPUTED:
         assert runs["kept"][tag] == runs["glibc"][tag], tag
-    assert len(runs["kept"]["update/grad_norm"]) == 3 and all(v > 0 for _, v in runs["kept"]["update/grad_norm"])
+    # Not vacuous: some step had a gradient. Which steps do depends on the sampled groups (a step whose
+    # groups are all right or all wrong has zero advantages), and so on the CPU's rounding.
+    grad_norms = [v for _, v in runs["kept"]["update/grad_norm"]]
+    assert len(grad_norms) == 3 and max(grad_norms) > 0, grad_norms

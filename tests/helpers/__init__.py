@@ -1,0 +1,1 @@
+"""Builders shared by several test modules (test modules never import each other)."""
