@@ -321,7 +321,7 @@ def test_shipped_answers_verify_against_themselves_sampled():
 
 @pytest.mark.slow
 def test_shipped_answers_verify_against_themselves_all_rows():
-    """The rows the sampled test leaves out, in 2 worker processes (a file each at a time): with it,
+    """The rows the sampled test leaves out, in 2 worker processes (one file per task): with it,
     every row of every shipped file is checked."""
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context

@@ -238,7 +238,7 @@ def test_tiny_loads_in_vllm_with_hf_logprobs(tiny_path: str, monkeypatch: pytest
 @pytest.fixture(scope="module")
 def smollm2_path(_model_cache) -> str:
     """The builtin, converted by ``prepare_smollm2`` once per test session into the session's model
-    cache (other test modules use the same folder, so the ~40 s conversion runs once)."""
+    cache (other test modules use the same folder, so the conversion runs once)."""
     pytest.importorskip("gguf")
     from lite_ppo.models import resolve_model
     from lite_ppo.models.smollm2 import find_smollm2_gguf
