@@ -4,8 +4,8 @@ computed recorded, so that two layouts of the same update can be compared.
 Equivalence is judged on what the code computes — old log-probs, the loss, the gradient
 accumulated for each optimizer step — and on the weights after the step only under plain SGD.
 Adam is not used for that: its step lr * m / (sqrt(v) + eps) moves every weight by about lr
-whatever the gradient's size, so a gradient component of 1e-10 that rounds differently on another
-CPU moves its weight by up to ~lr (seen: one element of 32,768 differing by 5e-4 on an AVX2 CPU).
+whatever the gradient's size, so a near-zero gradient component that rounds differently on another
+CPU moves its weight by up to ~lr, as a real one would.
 """
 
 from __future__ import annotations
@@ -72,9 +72,10 @@ class SGDLitePPO(LitePPO):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-def batch(engine_shift: float | None = None, true_logprobs: torch.Tensor | None = None) -> RolloutBatch:
-    """8 responses (4 groups of 2) with left-padded prompts of 2-4 tokens and responses of 1-5 tokens."""
-    gen = torch.Generator().manual_seed(0)
+def batch(engine_shift: float | None = None, true_logprobs: torch.Tensor | None = None, seed: int = 0) -> RolloutBatch:
+    """8 responses (4 groups of 2) with left-padded prompts of 2-4 tokens and responses of 1-5 tokens;
+    ``seed`` draws the token ids."""
+    gen = torch.Generator().manual_seed(seed)
     p, r = max(PROMPTS), max(RESPONSES)
     input_ids = torch.zeros(8, p + r, dtype=torch.long)
     attention_mask = torch.zeros(8, p + r, dtype=torch.long)

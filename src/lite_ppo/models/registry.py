@@ -111,7 +111,7 @@ def _build_builtin(name: str) -> str:
     with FileLock(str(root / f".{name}.lock")):
         if _is_built(final, builtin.version):
             return str(final)
-        # First use: say so, since a conversion can take a minute and nothing else is on screen.
+        # First use: say so, since a conversion takes a while and nothing else is on screen meanwhile.
         print(f"lite-ppo: preparing {BUILTIN_PREFIX}{name} in {final}: {builtin.preparing}", file=sys.stderr)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.build-", dir=root))
         try:

@@ -23,7 +23,7 @@ wrong answers. That is the signal a critic-free PPO needs: a few Lite PPO steps 
 training reward, and correctness-dependent techniques (dynamic sampling, group filtering) have
 something to act on.
 
-The trained weights ship with the package (``shipped/tiny-arith/``, about 2 MB, with their
+The trained weights ship with the package (``shipped/tiny-arith/``, with their
 SHA-256 in ``shipped/tiny-arith/lite_ppo_shipped.json``): ``builtin:tiny-arith`` copies them into the
 model cache and checks the checksum (:func:`install_tiny_arith_model`), so every machine trains
 and evaluates the same bits. The build below stays for provenance
