@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The main job: Lite PPO on SmolLM2-135M-Instruct, built-in easy tier, ~15 min on 2 CPU cores.
+# The main job: Lite PPO on SmolLM2-135M-Instruct, built-in easy tier (its time per machine: docs/benchmarks.md).
 # It ends by printing where its TensorBoard logs are, the compare commands and the technique advisor's findings.
 train: install
 	$(BIN)/lite-ppo fit --config configs/quickstart.yaml

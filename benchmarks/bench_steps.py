@@ -32,7 +32,7 @@ Training GFLOP/s = 6 x P x T / t_update, where P is the policy's parameter count
 once), T the non-padding token positions of the forward passes with gradient in the step (each
 response passes once per PPO epoch; prompts count once per forward that computes them) and t_update
 ``time/update_s``. 6 = 2 (multiply-add) x 3 (forward + backward for activations and weights); the
-attention score matmuls are not counted and the embedding lookup is, the convention of the README's
+attention score matmuls are not counted and the embedding lookup is, the convention of docs/benchmarks.md's
 figures. Probe GFLOP/s = 2 n^3 / t per matmul, the best of the repeats.
 """
 
