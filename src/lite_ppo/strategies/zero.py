@@ -215,7 +215,8 @@ def adamw_class(trainer: Trainer | None, fused: bool = True):
     (DeepSpeed refuses other optimizers with ZeRO-Offload; same arguments, decoupled weight decay).
 
     ``fused``: torch's fused AdamW kernel (one kernel over all parameters instead of a for-each loop;
-    the same update to float rounding, several times faster on CPU: docs/benchmarks.md) outside DeepSpeed, whose ZeRO partitions manage their own flat buffers.
+    the same update to float rounding, several times faster on CPU: docs/benchmarks.md) outside
+    DeepSpeed, whose ZeRO partitions manage their own flat buffers.
     """
     if offloads_optimizer(trainer):
         import functools
