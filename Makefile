@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 TORCH_SPEC ?= torch==2.13.0+cpu
 EXTRA ?= cpu,dev
 
-.PHONY: install train test test-fast test-numerics lint bench clean
+.PHONY: install train test test-extended test-fast test-numerics lint bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,16 +32,23 @@ train: install
 	$(BIN)/lite-ppo advise runs/lite_ppo --latest --paths
 
 # The 25 slowest tests are listed at the end (the suite's budget: 15 min on 2 cores of either CPU kind).
+# The few longest end-to-end checks (@pytest.mark.extended) run in test-extended, which CI runs too.
 test: install
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q -m "not extended" --durations=25
+
+test-extended: install
+	$(BIN)/python -m pytest -q -m extended --durations=10
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow and not vllm"
 
-# The numerics-sensitive tests at the CPU dispatch level below this machine's own (CI runs this too).
+# The numerics-sensitive tests at each CPU dispatch level below this machine's own: AVX2 (on AVX-512) and
+# PyTorch's scalar kernels (tests/helpers/dispatch.py; CI runs this too).
 test-numerics: install
-	@echo "numerics-sensitive tests under: $$($(BIN)/python tests/helpers/dispatch.py)"
-	env $$($(BIN)/python tests/helpers/dispatch.py) $(BIN)/python -m pytest -q -m numerics --durations=10
+	@$(BIN)/python tests/helpers/dispatch.py | while read -r level; do \
+	  echo "numerics-sensitive tests under: $$level"; \
+	  env $$level $(BIN)/python -m pytest -q -m numerics --durations=10 || exit 1; \
+	done
 
 # ruff (configured in pyproject.toml, Lightning's line length); tests/test_lint.py runs the same.
 lint: install
@@ -50,6 +57,12 @@ lint: install
 
 bench: install
 	$(BIN)/python benchmarks/bench_steps.py
+
+# The GPU acceptance check (README, "Scaling"): environment, update in fp32 and bf16-mixed, vLLM with
+# sleep mode, ZeRO-3 on one device; a table of pass / FAIL / skipped. ARGS="--quick", "--model PATH", ...
+# (on a CPU-only machine it runs the same sequence and skips the CUDA-only checks).
+gpu-check: install
+	$(BIN)/python benchmarks/gpu_check.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

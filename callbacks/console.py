@@ -29,7 +29,8 @@ class ConsoleProgressBar(RichProgressBar):
     - The bar's description names the phase of the running step: ``generating``, ``scoring``,
       ``syncing weights``, ``old log-probs``, ``updating 2/4`` (the module's ``report_phase``; the
       bar implements the ``on_phase`` callback it calls), so a long generation is not mistaken for
-      a hang.
+      a hang. Validation bars (``Validating before training`` for ``evaluate_before_training``, and
+      ``Validation``) show from their first phase, at ``0/N``, not only once a batch is done.
     - The key live metrics next to it, with short labels: ``acc`` (``reward/accuracy``), ``len``
       (``response/length_mean``), ``kl`` (``policy/approx_kl``), ``clip`` (``clip/fraction``),
       ``s/step`` (``time/step_s``); Lightning's ``v_num`` is dropped.
@@ -92,19 +93,30 @@ class ConsoleProgressBar(RichProgressBar):
             pass
 
     # -- phases ----------------------------------------------------------------------------------------
+    @property
+    @override
+    def sanity_check_description(self) -> str:
+        # lite-ppo's sanity pass is the whole held-out validation (Evaluation.evaluate_before_training).
+        return "Validating before training"
+
     def on_phase(self, trainer, pl_module) -> None:
-        """Called by the module's ``report_phase``: show the phase in the running bar's description."""
+        """Called by the module's ``report_phase``: show the phase in the running bar's description.
+        Lightning adds validation bars hidden until their first batch is done; a validation of one
+        large batch (the held-out problems before training) would show nothing for minutes."""
         if self.progress is None or not self.is_enabled:
             return
         task_id, base = self._running_task(trainer)
         if task_id is None:
             return
-        self.progress.update(task_id, description=f"{base}{phase_text(getattr(pl_module, 'phase', None))}")
+        description = f"{base}{phase_text(getattr(pl_module, 'phase', None))}"
+        self.progress.update(task_id, description=description, visible=True)
         self.refresh()
 
     def _running_task(self, trainer) -> tuple[Any, str]:
         if trainer.training and self.train_progress_bar_id is not None:
             return self.train_progress_bar_id, self._get_train_description(trainer.current_epoch).rstrip() + " "
+        if trainer.sanity_checking and self.val_sanity_progress_bar_id is not None:
+            return self.val_sanity_progress_bar_id, self.sanity_check_description + " "
         if trainer.validating and self.val_progress_bar_id is not None:
             return self.val_progress_bar_id, self.validation_description + " "
         return None, ""

@@ -22,10 +22,12 @@ CORRECT = "correct"  # the verifier status of a right answer (lite_ppo.rewards.S
 
 
 class Diagnostics(Technique):
-    """Logs, every training step, the measurements the paper says technique choices should follow,
-    overall and per difficulty tier (``extras["tier"]``). It changes nothing in the batch. The tags
-    and their meanings are documented in one place, :data:`lite_ppo.metric_names.SCALARS` (the
-    README's table is rendered from it).
+    """Logs the training-state measurements that technique choices follow, every training step.
+
+    The measurements the paper says technique choices should follow, overall and per difficulty
+    tier (``extras["tier"]``). It changes nothing in the batch. The tags and their meanings are
+    documented in one place, :data:`lite_ppo.metric_names.SCALARS` (the README's table is rendered
+    from it).
 
     Two views of one step:
 
@@ -58,8 +60,9 @@ class Diagnostics(Technique):
         per_tier: log the ``tier/<t>/*`` breakdown.
         histograms: write length histograms when the logger is TensorBoard (``response/length``,
             ``groups/correct_per_group``, ``tier/<t>/length``).
-        ngram, repetition_window, repetition_threshold: the repetition definition above
-            (``repetition_window`` null: whole responses).
+        ngram: the n of the repeated n-grams of the repetition rate (above).
+        repetition_window: the last this many tokens of a response are checked (null: the whole response).
+        repetition_threshold: a response is repetitive when this share of its n-gram positions repeats.
         layout: write the custom-scalars layout and the hyper-parameters at fit start.
 
     Example (on by default through the CLI's ``diagnostics:`` section; standalone)::
@@ -169,6 +172,7 @@ class Diagnostics(Technique):
             "prompt/length_max": s["prompt_length_max"],
             names.RESPONSE_LENGTH: s["length_mean"],
             "response/length_max": s["length_max"],
+            names.GENERATED_TOKENS: s["length_sum"],
             names.TRUNCATION_RATE: s["truncation_rate"],
             names.REPETITION_TRUNCATED: s["repetition_rate_truncated"],
             "response/repetition_rate_finished": s["repetition_rate_finished"],
@@ -220,6 +224,7 @@ class Diagnostics(Technique):
             "groups_mixed": float(shares["mixed"]),
             "length_mean": float(length.mean()) if n else 0.0,
             "length_max": float(length.max()) if n else 0.0,
+            "length_sum": float(length.sum()),
             "length_mean_correct": float(length[correct].mean()) if correct.any() else None,
             "length_mean_wrong": float(length[~correct].mean()) if (~correct).any() else None,
             "prompt_length_mean": float(prompt.mean()) if n else 0.0,
@@ -320,7 +325,9 @@ def _tensorboard_writers(trainer) -> list:
 
 def run_hparams(trainer, module) -> dict[str, Any]:
     """The settings that tell runs apart, flat and TensorBoard-typed: the module's and data module's
-    init arguments and every technique's public settings (``technique/<Class>/<field>``)."""
+    init arguments (not Lightning's own entries such as ``_instantiator``) and every technique's public
+    settings (``technique/<Class>/<field>``). Booleans become ``"true"`` / ``"false"``: TensorBoard's
+    hparams summary would store them as the numbers 1.0 / 0.0."""
     out: dict[str, Any] = {}
     sources = {"model": dict(getattr(module, "hparams", {}) or {})}
     datamodule = getattr(trainer, "datamodule", None)
@@ -328,14 +335,21 @@ def run_hparams(trainer, module) -> dict[str, Any]:
         sources["data"] = dict(getattr(datamodule, "hparams", {}) or {})
     for prefix, values in sources.items():
         for key, value in values.items():
-            out[f"{prefix}/{key}"] = value
+            if not key.startswith("_"):
+                out[f"{prefix}/{key}"] = value
     techniques = techniques_of(trainer)
     out["techniques"] = ",".join(type(t).__name__ for t in techniques)
     for t in techniques:
         for key, value in vars(t).items():
             if not key.startswith("_") and isinstance(value, (int, float, str, bool, type(None))):
                 out[f"technique/{type(t).__name__}/{key}"] = value
-    return {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in out.items()}
+    return {k: _hparam_value(v) for k, v in out.items()}
+
+
+def _hparam_value(value: Any) -> int | float | str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, (int, float, str)) else str(value)
 
 
 def _write_hparams(writer, params: dict[str, Any]) -> None:

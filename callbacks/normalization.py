@@ -12,6 +12,7 @@ from lite_ppo.ops.advantages import (
     bound_excluded_advantages,
     excluded_bound_scope,
     normalized_advantages,
+    scale_vanishes_alone,
     weighted_mean_std,
 )
 from lite_ppo.ranks import Ranks
@@ -31,6 +32,10 @@ class AdvantageNormalization(Technique):
     Args:
         mean_scope: where the centre comes from (``group`` = GRPO / Lite PPO).
         std_scope: where the scale comes from (``batch`` = Lite PPO, ``group`` = GRPO, ``none`` = Dr. GRPO).
+            Under a std, the mean must be taken over the same scope or a narrower one (a group lies
+            within the batch): ``mean_scope: batch`` with ``std_scope: group``, and ``mean_scope: none``
+            with a std, are refused, because an all-equal group (or batch) has std 0 while its
+            ``r - centre`` is not 0, which would give advantages of about 1/eps.
         eps: added to the std (docs/method.md: 1e-6).
         count_truncated: whether truncated responses (no EOS within the length limit) count in the
             group and batch statistics. They always *receive* an advantage; under a std scope it is
@@ -71,6 +76,14 @@ class AdvantageNormalization(Technique):
             raise ValueError(f"AdvantageNormalization.std_scope must be one of {SCOPES}, got {std_scope!r}")
         if weighting not in WEIGHTINGS:
             raise ValueError(f"AdvantageNormalization.weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+        if scale_vanishes_alone(mean_scope, std_scope):
+            # A group (or batch) whose rewards are all equal has std 0 while r - centre is not 0:
+            # its advantages would be (r - centre) / eps, about 1e6 (ops.advantages explains why).
+            raise ValueError(
+                f"AdvantageNormalization: mean_scope={mean_scope!r} with std_scope={std_scope!r} divides "
+                f"by eps wherever a {std_scope}'s rewards are all equal (advantages ~1/eps); take the mean over "
+                f"the std's scope or a narrower one (mean_scope: group, or mean_scope: {std_scope}), or std_scope: none"
+            )
         self.mean_scope = mean_scope
         self.std_scope = std_scope
         self.eps = eps

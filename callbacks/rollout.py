@@ -28,7 +28,9 @@ from lite_ppo.technique import techniques_of
 
 
 class Rollout(Callback):
-    """Generates G responses per prompt with the configured engine, scores them, and hands the
+    """Generates and scores the responses of each training step for the module.
+
+    It generates G responses per prompt with the configured engine, scores them, and hands the
     module a :class:`~lite_ppo.rollout.batch.RolloutBatch` as ``batch["rollout"]``.
 
     The work (engine sync, prompt formatting, generation, decoding, scoring, the batch layout,

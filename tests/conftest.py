@@ -81,14 +81,15 @@ def single_results(tmp_path_factory, tiny_model_path) -> Path:
     return out
 
 
-def fit_one_batch(module, rollout, callbacks: list, logger=False) -> None:
-    """``Trainer.fit`` of ``module`` on one rollout batch (one training step), CPU, one process,
-    nothing else (no checkpoints, progress bar, summary or sanity check)."""
+def fit_one_batch(module, rollout, callbacks: list, logger=False, accelerator: str = "cpu") -> None:
+    """``Trainer.fit`` of ``module`` on one rollout batch (one training step), one process, nothing
+    else (no checkpoints, progress bar, summary or sanity check). ``accelerator``: ``"cpu"`` (the
+    tests) or ``"gpu"`` (``benchmarks/gpu_check.py`` re-asserts the tests' invariants on a GPU)."""
     from lightning.pytorch import Trainer
     from torch.utils.data import DataLoader
 
     trainer = Trainer(
-        accelerator="cpu",
+        accelerator=accelerator,
         devices=1,
         max_epochs=1,
         limit_train_batches=1,

@@ -120,3 +120,18 @@ def fit_with_faults(tmp: Path, ckpt_dir: Path, callbacks: list[dict], *extra: st
             *extra,
         ]
     )  # fmt: skip
+
+
+class LearningRateAt(Callback):
+    """Sets the optimizer's learning rate to ``lr`` for the first optimizer step of training step
+    ``step`` (0-based rollout batch; the LR schedule sets it back after that step): a finite but
+    exploding update."""
+
+    def __init__(self, step: int, lr: float) -> None:
+        self.step = step
+        self.lr = lr
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        if trainer.fit_loop.epoch_loop.total_batch_idx == self.step:
+            for group in trainer.optimizers[0].param_groups:
+                group["lr"] = self.lr

@@ -83,7 +83,7 @@ def test_help_lists_every_command_one_line_each(capsys) -> None:
 
 
 def test_help_and_project_command_help_do_not_import_lightning() -> None:
-    """``lite-ppo --help`` and ``lite-ppo evaluate|prepare-model --help`` (through the installed
+    """``lite-ppo --help`` and ``lite-ppo evaluate|prepare-model|export-hf --help`` (through the installed
     console script's function) run without importing torch, Lightning or transformers."""
     from importlib.metadata import entry_points
 
@@ -91,7 +91,7 @@ def test_help_and_project_command_help_do_not_import_lightning() -> None:
     code = (
         "import sys, importlib\n"
         f"main = getattr(importlib.import_module({script.module!r}), {script.attr!r})\n"
-        "for argv in (['--help'], ['evaluate', '--help'], ['prepare-model', '--help']):\n"
+        "for argv in (['--help'], ['evaluate', '--help'], ['prepare-model', '--help'], ['export-hf', '--help']):\n"
         "    try:\n"
         "        main(argv)\n"
         "    except SystemExit as e:\n"
@@ -101,6 +101,10 @@ def test_help_and_project_command_help_do_not_import_lightning() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+    from lite_ppo.export import DTYPE_NAMES
+    from lite_ppo.models.loading import DTYPES
+
+    assert DTYPE_NAMES == tuple(DTYPES)  # export-hf's --dtype choices, spelled without torch
 
 
 # ------------------------------------------------------------------ removed / unknown commands
@@ -120,6 +124,12 @@ def test_unknown_command_names_the_commands(capsys) -> None:
     ("extra", "named", "allowed"),
     [
         (["--model.lr", "abc"], "model.lr", "float"),
+        (["--model.lr", "-1e-4"], "expected one argument", "write --model.lr=-1e-4"),
+        (
+            ["--trainer.callbacks+=lite_ppo.callbacks.NoSuchThing"],
+            "class_path 'lite_ppo.callbacks.NoSuchThing'",
+            "has no attribute 'NoSuchThing'",  # the reason, not only "Problem with given class_path"
+        ),
         (["--config", "missing.yaml"], "missing.yaml", "does not exist"),
         (["--trainer.max_epochs", "x"], "trainer.max_epochs", "int or null"),
         (["--optimizer", "torch.optim.SGD"], "--optimizer", "model.lr"),
@@ -220,19 +230,21 @@ def _mini_benchmark(tmp: Path) -> Path:
 @pytest.mark.slow
 def test_validate_prints_held_out_tiers_and_the_present_benchmarks(capsys, tmp_path, monkeypatch, fitted) -> None:
     """With a shipped recipe, no Evaluation callback and a fit's checkpoint, validate evaluates the
-    held-out tiers and the default benchmarks whose files exist (here: one of two), naming the
-    missing one."""
+    held-out tiers and the default benchmarks whose files exist (here: one of two, cut by --limit),
+    naming the missing one."""
     import lite_ppo.cli as cli
     from lite_ppo.evaluation.benchmarks import BenchmarkSpec
 
     mini = _mini_benchmark(tmp_path)
     specs = [BenchmarkSpec("mini", str(mini)), BenchmarkSpec("absent", str(tmp_path / "absent.jsonl"))]
     monkeypatch.setattr(cli, "default_benchmark_specs", lambda: (specs, None), raising=False)
-    main(["validate", *_recipe_args(tmp_path), "--ckpt_path", str(fitted[1])])
+    main(["validate", *_recipe_args(tmp_path), "--ckpt_path", str(fitted[1]), "--limit", "1"])
     out = capsys.readouterr().out
     assert "not found: absent" in out
     benchmark_table = out[out.index("Evaluation (") :].splitlines()
-    assert benchmark_table[3].split()[:2] == ["mini", "2"]
+    assert benchmark_table[3].split()[:2] == ["mini", "1"]  # --limit 1 of its 2 problems
+    # The logs of a validation of a run's checkpoint go into that run's validate/ folder.
+    assert list((fitted[1].parent.parent / "validate").glob("events.out.tfevents.*"))
     tiers = out[out.index("Held-out tiers") :].splitlines()
     assert {line.split()[0]: line.split()[1] for line in tiers[3:6]} == {"easy": "32", "medium": "32", "hard": "32"}
 
@@ -249,7 +261,8 @@ def test_validate_without_anything_to_evaluate_says_so(capsys, tmp_path, monkeyp
 @pytest.mark.slow
 def test_test_evaluates_the_benchmarks_of_a_checkpoint_and_writes_the_report(capsys, tmp_path, fitted) -> None:
     """``test --ckpt_path`` runs the benchmark evaluation of ``lite-ppo evaluate`` on the checkpoint's
-    policy: the table on stdout and metrics.json / responses.jsonl with one response per problem."""
+    policy: the table on stdout and metrics.json / responses.jsonl with one response per problem, in
+    the test folder of the run that wrote the checkpoint (``<run>/checkpoints/last.ckpt``)."""
     _, ckpt, _ = fitted
     mini = _mini_benchmark(tmp_path)
     main(
@@ -264,7 +277,9 @@ def test_test_evaluates_the_benchmarks_of_a_checkpoint_and_writes_the_report(cap
     )
     out = capsys.readouterr().out
     assert "mini" in out and "wrote " in out
-    metrics = next(tmp_path.rglob("test/metrics.json"))
+    metrics = ckpt.parent.parent / "test" / "metrics.json"
+    assert (ckpt.parent.parent / "run.json").is_file() and metrics.is_file()
+    assert not list(tmp_path.rglob("metrics.json"))  # nothing under the test's own save_dir
     payload = json.loads(metrics.read_text())
     assert payload["model"] == str(ckpt)
     assert payload["benchmarks"]["mini"]["num_problems"] == 2
@@ -282,3 +297,28 @@ def test_output_into_a_closed_pipe_ends_quietly():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_fit_help_describes_every_option_under_whole_sentence_headers() -> None:
+    """``lite-ppo fit --help`` takes each section's header from its class docstring's first line and
+    each option's text from its ``Args:`` entry (jsonargparse, through docstring_parser): every
+    section of the fit parser has a first line that is a whole sentence and every argument an entry."""
+    import inspect
+
+    import docstring_parser
+
+    from lite_ppo.callbacks import Diagnostics, Rollout
+    from lite_ppo.callbacks.console import ConsoleProgressBar
+    from lite_ppo.data.datamodule import MathDataModule
+    from lite_ppo.module import LitePPO
+    from lite_ppo.reliability import CheckpointIntegrity, DivergenceGuard, Preemption
+    from lite_ppo.research.run_record import RunRecord
+
+    sections = [LitePPO, MathDataModule, Rollout, Diagnostics, ConsoleProgressBar]
+    sections += [Preemption, CheckpointIntegrity, DivergenceGuard, RunRecord]  # LitePPOCLI.add_arguments_to_parser
+    for cls in sections:
+        doc = docstring_parser.parse(cls.__doc__)
+        assert doc.short_description.endswith("."), (cls.__name__, doc.short_description)
+        described = {p.arg_name for p in doc.params if p.description}
+        arguments = [n for n in inspect.signature(cls.__init__).parameters if n not in ("self", "args", "kwargs")]
+        assert [n for n in arguments if n not in described] == [], cls.__name__

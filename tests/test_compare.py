@@ -5,6 +5,8 @@ hand-computed ones, figures checked to be real images with the plotted lines on 
 from __future__ import annotations
 
 import json
+import math
+import shutil
 import statistics
 from pathlib import Path
 
@@ -12,9 +14,15 @@ import numpy as np
 import pytest
 import yaml
 from PIL import Image
+from scipy import stats
 
 from lite_ppo import metric_names as m
+from lite_ppo.errors import UserError
 from lite_ppo.research.compare import main as compare_main
+from lite_ppo.research.compute_axis import AXES, cumulative, x_at
+from lite_ppo.research.factorial import effects
+from lite_ppo.research.scalars import Series
+from lite_ppo.research.stats import contrast_ci, mean_ci, welch_difference
 
 ALPHA_BLUE = (0x1F, 0x77, 0xB4)  # tab10[0]: the first recipe in sorted order ("alpha")
 BETA_ORANGE = (0xFF, 0x7F, 0x0E)  # tab10[1]: "beta"
@@ -126,6 +134,12 @@ def test_summary_matches_hand_computed_statistics(runs, tmp_path):
 
     md = (out / "summary.md").read_text()
     assert "alpha/tiny" in md and "0.6 ± 0.1 (n=3)" in md
+    # Entropy has no better direction: its table calls the extreme a "max", accuracy's a "best".
+    sections = {s.split("\n", 1)[0]: s for s in md.split("\n## ")[1:]}
+    entropy = next(s for title, s in sections.items() if f"`{m.ENTROPY}`" in title)
+    accuracy = next(s for title, s in sections.items() if f"`{m.REWARD_ACCURACY}`" in title)
+    assert "| final | max | max is |" in entropy and "best" not in entropy
+    assert "| final | best | best is |" in accuracy
 
 
 def test_figures_are_images_with_lines(runs, tmp_path):
@@ -191,3 +205,339 @@ def test_run_still_being_written(runs, tmp_path):
 def test_no_match_is_a_user_error(tmp_path, capsys):
     assert compare_main([str(tmp_path / "nothing*"), "--out", str(tmp_path / "cmp")]) == 2
     assert "no run directory" in capsys.readouterr().err
+
+
+def test_unreadable_event_files_are_named_and_fail_when_nothing_is_readable(tmp_path, capsys):
+    garbage = tmp_path / "runs" / "gamma" / "tiny" / "seed0"
+    garbage.mkdir(parents=True)
+    (garbage / "events.out.tfevents.1.host").write_bytes(bytes(range(256)) * 8)  # not TensorBoard records
+    assert compare_main([str(garbage), "--out", str(tmp_path / "cmp")]) == 2
+    err = capsys.readouterr().err
+    assert "none of the 1 runs has a readable TensorBoard event file" in err and str(garbage) in err
+    good = write_run(tmp_path / "runs", "alpha", 0, 3, 0.5, 0.0, clip=False)
+    assert compare_main([str(tmp_path / "runs"), "--out", str(tmp_path / "cmp")]) == 0
+    captured = capsys.readouterr()
+    assert "left out 1 runs" in captured.err and str(garbage) in captured.err
+    summary = json.loads((tmp_path / "cmp" / "summary.json").read_text())
+    assert summary["unreadable"] == [str(garbage)]
+    assert [run for group in summary["groups"] for run in group["runs"]] == [str(good)]
+
+
+def test_a_runs_validate_and_test_folders_are_part_of_it(tmp_path):
+    """`validate`/`test` of a run's checkpoint log into <run>/validate and <run>/test: a folder of runs
+    lists the run once, not its subfolders as runs of their own."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from lite_ppo.research.runs import find_runs
+
+    run = write_run(tmp_path / "runs", "alpha", 0, 3, 0.5, 0.0, clip=False)
+    for sub in ("validate", "test"):
+        with SummaryWriter(str(run / sub)) as writer:
+            writer.add_scalar(m.val_accuracy("easy"), 0.5, 2)
+    assert [r.path for r in find_runs([str(tmp_path / "runs")])] == [run.resolve()]
+
+
+# -- statistics: confidence intervals, Welch's test, factorial effects ---------------------------------
+# The t quantile 0.975 at 2 degrees of freedom in closed form: at 2 df the quantile of p is
+# (2p - 1) / sqrt(2p(1 - p)) (the t(2) CDF is 1/2 + t / (2 sqrt(2 + t^2))); 4.3027 in the tables.
+T_975_DF2 = 0.95 / math.sqrt(2 * 0.975 * 0.025)
+
+
+def welch_by_hand(a: list[float], b: list[float]) -> tuple[float, float, float, float]:
+    """(difference, CI low, CI high, two-sided p) from the textbook formulas: standard error
+    sqrt(s_a²/n_a + s_b²/n_b), Welch-Satterthwaite degrees of freedom, Student's t distribution."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+    diff = a.mean() - b.mean()
+    q = stats.t.ppf(0.975, df)
+    return diff, diff - q * se, diff + q * se, 2 * stats.t.sf(abs(diff) / se, df)
+
+
+def test_mean_ci_is_the_t_interval():
+    out = mean_ci([0.5, 0.6, 0.7])
+    # By hand: mean 0.6, s = 0.1, s/sqrt(3) = 0.0577..., t(0.975, 2) from the table.
+    half = T_975_DF2 * 0.1 / math.sqrt(3)
+    assert out["mean"] == pytest.approx(0.6) and out["std"] == pytest.approx(0.1) and out["n"] == 3
+    assert out["ci"] == pytest.approx([0.6 - half, 0.6 + half], abs=1e-12)
+    # Against scipy's distribution API (not the one-sample test the code uses) on other vectors.
+    for values in ([1.0, 2.0, 4.0, 8.0], [0.31, 0.29], [-3.5, 0.25, 0.5, 7.0, 11.0]):
+        x = np.asarray(values)
+        expected = stats.t.interval(0.95, x.size - 1, loc=x.mean(), scale=stats.sem(x))
+        assert mean_ci(values)["ci"] == pytest.approx(list(expected), rel=1e-12)
+    assert mean_ci([0.4]) == {"mean": 0.4, "std": None, "n": 1, "ci": None}  # one seed: no interval
+    assert mean_ci([0.3, 0.3])["ci"] == [0.3, 0.3]  # no spread: the interval is the point
+    assert mean_ci([])["mean"] is None
+
+
+def test_welch_difference_matches_the_textbook_and_scipy():
+    for a, b in (([0.5, 0.6, 0.7], [0.2, 0.4]), ([1.0, 1.5, 0.9, 1.2], [0.1, 0.4, 0.2]), ([3.0, 5.0], [4.0, 4.5])):
+        diff, low, high, p = welch_by_hand(a, b)
+        out = welch_difference(a, b)
+        assert out["diff"] == pytest.approx(diff, abs=1e-12)
+        assert out["ci"] == pytest.approx([low, high], rel=1e-9)
+        assert out["p"] == pytest.approx(p, rel=1e-9)
+        assert out["p"] == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-12)
+        assert (out["n_a"], out["n_b"]) == (len(a), len(b))
+    # A single run in a group: the difference, but no interval and no test.
+    assert welch_difference([0.5], [0.2, 0.4]) == {
+        "diff": pytest.approx(0.2),
+        "ci": None,
+        "p": None,
+        "n_a": 1,
+        "n_b": 2,
+    }
+
+
+def test_contrast_ci_is_a_one_sample_t_test():
+    contrasts = [0.065, 0.115, 0.04]
+    out = contrast_ci(contrasts)
+    mean = sum(contrasts) / 3
+    se = statistics.stdev(contrasts) / math.sqrt(3)
+    assert out["estimate"] == pytest.approx(mean, abs=1e-12)
+    assert out["ci"] == pytest.approx([mean - T_975_DF2 * se, mean + T_975_DF2 * se], rel=1e-9)
+    assert out["p"] == pytest.approx(2 * stats.t.sf(mean / se, 2), rel=1e-9)
+    assert contrast_ci([0.1, 0.1])["p"] is None  # equal contrasts: no test
+
+
+# Cell values of a 2 x 2 (norm: g = reference, b; agg: t = reference, s) over seeds 0, 1, 2.
+CELLS = {
+    ("g", "t"): [0.40, 0.42, 0.47],
+    ("b", "t"): [0.50, 0.55, 0.52],
+    ("g", "s"): [0.38, 0.37, 0.42],
+    ("b", "s"): [0.41, 0.47, 0.45],
+}
+# Per seed, by hand: norm b - g averaged over agg: ((b,t) - (g,t) + (b,s) - (g,s)) / 2.
+NORM_CONTRASTS = [(0.10 + 0.03) / 2, (0.13 + 0.10) / 2, (0.05 + 0.03) / 2]
+# agg s - t averaged over norm: ((g,s) - (g,t) + (b,s) - (b,t)) / 2.
+AGG_CONTRASTS = [(-0.02 - 0.09) / 2, (-0.05 - 0.08) / 2, (-0.05 - 0.07) / 2]
+# Interaction, the difference of differences: ((b,s) - (g,s)) - ((b,t) - (g,t)).
+INTERACTION_CONTRASTS = [0.03 - 0.10, 0.10 - 0.13, 0.03 - 0.05]
+
+
+def _t_interval(contrasts: list[float]) -> list[float]:
+    x = np.asarray(contrasts)
+    return list(stats.t.interval(0.95, x.size - 1, loc=x.mean(), scale=stats.sem(x)))
+
+
+def test_factorial_effects_by_hand():
+    values = {cell: dict(enumerate(ys)) for cell, ys in CELLS.items()}
+    values[("g", "t")][3] = 0.9  # a seed that finished in one cell only: left out of every contrast
+    out = effects(values, {"norm": ["g", "b"], "agg": ["t", "s"]})
+    assert out["seeds"] == [0, 1, 2] and out["seeds_left_out"] == [3]
+    (norm, agg), (inter,) = out["main_effects"], out["interactions"]
+    assert (norm["factor"], norm["level"], norm["reference"]) == ("norm", "b", "g")
+    assert norm["estimate"] == pytest.approx(0.22 / 3, abs=1e-12)  # (0.065 + 0.115 + 0.04) / 3
+    assert norm["per_seed"] == pytest.approx(NORM_CONTRASTS, abs=1e-12)
+    assert norm["ci"] == pytest.approx(_t_interval(NORM_CONTRASTS), rel=1e-9)
+    assert agg["estimate"] == pytest.approx(-0.06, abs=1e-12)
+    assert agg["ci"] == pytest.approx(_t_interval(AGG_CONTRASTS), rel=1e-9)
+    assert inter["factors"] == ["norm", "agg"] and inter["levels"] == ["b", "s"]
+    assert inter["estimate"] == pytest.approx(-0.04, abs=1e-12)
+    assert inter["ci"] == pytest.approx(_t_interval(INTERACTION_CONTRASTS), rel=1e-9)
+    assert inter["p"] == pytest.approx(stats.ttest_1samp(INTERACTION_CONTRASTS, 0).pvalue, rel=1e-9)
+    cell_gt = next(c for c in out["cells"] if c["cell"] == {"norm": "g", "agg": "t"})
+    assert cell_gt["mean"] == pytest.approx(statistics.mean(CELLS[("g", "t")]))  # seed 3 left out here too
+
+
+def test_three_level_factor_uses_the_first_level_as_reference():
+    # y = level index of a (0, 1, 2) + 10 x level of b (0, 1), the same on both seeds: no interaction.
+    values = {(a, b): {0: i + 10 * j, 1: i + 10 * j} for i, a in enumerate("xyz") for j, b in enumerate("uv")}
+    out = effects(values, {"a": ["x", "y", "z"], "b": ["u", "v"]})
+    assert [(e["factor"], e["level"], e["estimate"]) for e in out["main_effects"]] == [
+        ("a", "y", 1.0),
+        ("a", "z", 2.0),
+        ("b", "v", 10.0),
+    ]
+    assert [e["estimate"] for e in out["interactions"]] == [0.0, 0.0]
+
+
+def test_compute_axis_is_the_running_sum_before_each_step():
+    table = {m.GENERATED_TOKENS: Series(np.arange(3), np.array([10.0, 20.0, 30.0]))}
+    cum = cumulative(table, AXES["tokens"])
+    assert cum.tolist() == [0.0, 10.0, 30.0, 60.0]
+    # Step k (the policy after k updates) sits at the tokens of steps 0 .. k-1; past the run: no x.
+    assert x_at(np.array([0, 1, 3, 4]), cum)[:3].tolist() == [0.0, 10.0, 60.0]
+    assert np.isnan(x_at(np.array([4]), cum)[0])
+    assert cumulative(table, AXES["step"]) is None and x_at(np.array([2, 5]), None).tolist() == [2.0, 5.0]
+    gappy = {m.GENERATED_TOKENS: Series(np.array([0, 2]), np.array([10.0, 30.0]))}
+    with pytest.raises(UserError, match="not at every step"):
+        cumulative(gappy, AXES["tokens"], "runA")
+    with pytest.raises(UserError, match="never logged time/step_s"):
+        cumulative(table, AXES["seconds"], "runA")
+
+
+# -- held-out score, checkpoint rule and pairwise tests through compare, on event files ----------------
+def write_events(run_dir: Path, scalars: dict[str, dict[int, float]], record: dict) -> Path:
+    """A run folder with ``scalars`` (tag -> step -> value) in an event file and ``record`` as run.json."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_dir.mkdir(parents=True)
+    writer = SummaryWriter(str(run_dir))
+    for tag, points in scalars.items():
+        for step, value in points.items():
+            writer.add_scalar(tag, value, step)
+    writer.close()
+    (run_dir / "run.json").write_text(json.dumps({"model": "builtin:tiny", "model_name": "tiny", **record}))
+    return run_dir
+
+
+# recipe -> seed -> (eval/average at steps 0, 2, 4; pooled-val deciding step; tokens per step)
+SCORED = {
+    "lite": {0: ((0.2, 0.5, 0.40), 4, 100), 1: ((0.2, 0.6, 0.50), 2, 100), 2: ((0.2, 0.4, 0.45), 4, 120)},
+    "grpo": {0: ((0.2, 0.3, 0.30), 2, 300), 1: ((0.2, 0.5, 0.35), 2, 300), 2: ((0.2, 0.3, 0.20), 4, 260)},
+}
+
+
+def _scored_run(root: Path, recipe: str, seed: int) -> Path:
+    evals, best_step, tokens = SCORED[recipe][seed]
+    # Held-out tiers: easy (10 problems) and hard (30). Pooled = (10 easy + 30 hard) / 40. The pooled
+    # maximum is at best_step although the unweighted tier mean ties there with the other step.
+    other = 2 if best_step == 4 else 4
+    easy = {0: 0.0, best_step: 0.6, other: 0.9}  # unweighted means: 0.45 and 0.45 (a tie)
+    hard = {0: 0.0, best_step: 0.3, other: 0.0}  # pooled: (6 + 9) / 40 = 0.375 > (9 + 0) / 40 = 0.225
+    scalars = {
+        m.REWARD_ACCURACY: {k: 0.1 * k for k in range(4)},
+        m.GENERATED_TOKENS: dict.fromkeys(range(4), float(tokens)),
+        m.STEP_SECONDS: dict.fromkeys(range(4), 2.5),
+        m.EVAL_AVERAGE_ACCURACY: dict(zip((0, 2, 4), evals)),
+        m.val_accuracy("easy"): easy,
+        m.val_accuracy("hard"): hard,
+        "val/easy/num_problems": dict.fromkeys((0, 2, 4), 10.0),
+        "val/hard/num_problems": dict.fromkeys((0, 2, 4), 30.0),
+    }
+    return write_events(root / recipe / "tiny" / f"seed{seed}", scalars, {"recipe": recipe, "seed": seed})
+
+
+@pytest.fixture
+def scored_runs(tmp_path) -> Path:
+    root = tmp_path / "scored"
+    for recipe, seeds in SCORED.items():
+        for seed in seeds:
+            _scored_run(root, recipe, seed)
+    return root
+
+
+def test_scores_pairs_and_checkpoint_rules(scored_runs, tmp_path):
+    out = tmp_path / "cmp"
+    assert compare_main([str(scored_runs), "--out", str(out), "--x", "tokens"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    score = summary["score"]
+    assert score["tag"] == m.EVAL_AVERAGE_ACCURACY and score["checkpoint"] == "last"
+    assert score["select_on"] == "val/*/accuracy"
+    # Values go through float32 event files: 1e-6 is far above their rounding (~3e-8 at 0.5).
+    lite_final, grpo_final = [0.40, 0.50, 0.45], [0.30, 0.35, 0.20]
+    lite = score["groups"]["grpo/tiny"], score["groups"]["lite/tiny"]
+    assert lite[1]["final"]["mean"] == pytest.approx(0.45, abs=1e-6)
+    assert lite[1]["final"]["ci"] == pytest.approx(_t_interval(lite_final), abs=1e-6)
+    # best: the eval score at the step where the problem-weighted pooled val accuracy peaks.
+    lite_best, grpo_best = [0.40, 0.60, 0.45], [0.30, 0.50, 0.20]
+    assert [r["best_step"] for r in lite[1]["runs"]] == [4, 2, 4]
+    assert lite[1]["best"]["mean"] == pytest.approx(statistics.mean(lite_best), abs=1e-6)
+    (pair,) = score["pairs"]
+    assert (pair["a"], pair["b"]) == ("grpo/tiny", "lite/tiny")
+    diff, low, high, p = welch_by_hand(grpo_final, lite_final)
+    assert pair["final"]["diff"] == pytest.approx(diff, abs=1e-6)
+    assert pair["final"]["ci"] == pytest.approx([low, high], abs=1e-5)
+    assert pair["final"]["p"] == pytest.approx(p, abs=1e-5)
+    diff, low, high, p = welch_by_hand(grpo_best, lite_best)
+    assert pair["best"]["diff"] == pytest.approx(diff, abs=1e-6) and pair["best"]["p"] == pytest.approx(p, abs=1e-5)
+    # Compute per run: 4 steps x tokens per step; 4 x 2.5 s.
+    groups = {g["label"]: g for g in summary["groups"]}
+    assert groups["lite/tiny"]["compute"]["tokens"]["mean"] == pytest.approx(4 * (100 + 100 + 120) / 3)
+    assert groups["grpo/tiny"]["compute"]["seconds"]["mean"] == pytest.approx(10.0)
+    assert summary["x"] == "tokens"
+    md = (out / "summary.md").read_text()
+    assert "Checkpoint rule `last`" in md and "Welch" in md and "| grpo/tiny | lite/tiny |" in md
+
+    # --checkpoint best: selected on the pooled held-out tiers, reported on the benchmarks.
+    best_out = tmp_path / "best"
+    assert compare_main([str(scored_runs), "--out", str(best_out), "--checkpoint", "best"]) == 0
+    rule = json.loads((best_out / "summary.json").read_text())["score"]["rule"]
+    assert rule.startswith("Checkpoint rule `best`") and "val/*/accuracy" in rule
+
+
+def test_selecting_and_reporting_on_the_same_problems_is_refused(scored_runs, tmp_path, capsys):
+    args = [str(scored_runs), "--out", str(tmp_path / "cmp"), "--checkpoint", "best"]
+    assert compare_main([*args, "--score", "val/easy/accuracy"]) == 2  # easy is part of the pooled selection split
+    assert "share problems" in capsys.readouterr().err
+    assert compare_main([*args, "--score", "val/hard/accuracy", "--select-on", "val/easy/accuracy"]) == 0
+    assert compare_main([*args[:3], "--score", "eval/nothing/accuracy"]) == 2
+    assert "no run logged it" in capsys.readouterr().err
+
+
+def test_compute_axis_needs_the_per_step_scalar(runs, tmp_path, capsys):
+    assert compare_main([str(runs), "--out", str(tmp_path / "cmp"), "--x", "tokens"]) == 2
+    assert f"never logged {m.GENERATED_TOKENS}" in capsys.readouterr().err
+
+
+def test_held_out_points_span_the_run_not_the_middle_of_the_axis(tmp_path):
+    # One evaluation after training (step 15), as real runs have: the point sits at the right end of
+    # an axis from 0, with a CI error bar, instead of alone in the middle of an axis 14.2-15.8.
+    root = tmp_path / "runs"
+    for seed, acc in ((0, 0.4), (1, 0.5), (2, 0.6)):
+        scalars = {
+            m.REWARD_ACCURACY: {k: 0.02 * k for k in range(15)},
+            m.GENERATED_TOKENS: dict.fromkeys(range(15), 50.0),
+            m.val_accuracy("easy"): {15: acc},
+        }
+        write_events(root / "alpha" / "tiny" / f"seed{seed}", scalars, {"recipe": "alpha", "seed": seed})
+    for x in ("step", "tokens"):
+        out = tmp_path / f"cmp_{x}"
+        assert compare_main([str(root), "--out", str(out), "--x", x]) == 0
+        pixels = np.asarray(Image.open(out / "val_easy_accuracy.png").convert("RGB")).astype(int)
+        # Alpha's blue and its anti-aliased shades on white (grey grid lines have b ~ r).
+        blue = pixels[..., 2] - pixels[..., 0] > 40
+        # The error bar is the tallest blue column (the legend's marker is a few pixels high).
+        bar = int(blue.sum(axis=0).argmax())
+        assert bar > 0.75 * pixels.shape[1], f"--x {x}: held-out point at column {bar}, not at the axis end"
+        assert blue[:, bar].sum() > 40, f"--x {x}: no error bar (3 seeds, CI 0.5 ± 0.25)"
+
+
+def _factorial_run(root: Path, cell: tuple[str, str], seed: int, value: float) -> None:
+    norm, agg = cell
+    record = {
+        "recipe": "lite",
+        "seed": seed,
+        "cell": {"norm": norm, "agg": agg},
+        "factors": {"norm": ["g", "b"], "agg": ["t", "s"]},
+    }
+    scalars = {m.REWARD_ACCURACY: {0: 0.1, 1: 0.2}, m.EVAL_AVERAGE_ACCURACY: {0: 0.1, 2: value}}
+    write_events(root / f"norm={norm}_agg={agg}" / "lite" / "tiny" / f"seed{seed}", scalars, record)
+
+
+def test_factorial_effects_through_compare(tmp_path):
+    root = tmp_path / "runs"
+    for cell, ys in CELLS.items():
+        for seed, y in enumerate(ys):
+            _factorial_run(root, cell, seed, y)
+    out = tmp_path / "cmp"
+    assert compare_main([str(root), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted(g["label"] for g in summary["groups"]) == [
+        "lite/tiny [norm=b, agg=s]",
+        "lite/tiny [norm=b, agg=t]",
+        "lite/tiny [norm=g, agg=s]",
+        "lite/tiny [norm=g, agg=t]",
+    ]
+    (design,) = summary["factorial"]
+    assert design["factors"] == {"norm": ["g", "b"], "agg": ["t", "s"]} and design["seeds"] == [0, 1, 2]
+    assert "eval/average/accuracy" in design["response"]
+    norm, agg = design["main_effects"]
+    # float32 event values: contrasts of four values, each off by < 3e-8.
+    assert norm["estimate"] == pytest.approx(0.22 / 3, abs=1e-6)
+    assert agg["estimate"] == pytest.approx(-0.06, abs=1e-6)
+    assert norm["ci"] == pytest.approx(_t_interval(NORM_CONTRASTS), abs=1e-5)
+    (inter,) = design["interactions"]
+    assert inter["estimate"] == pytest.approx(-0.04, abs=1e-6)
+    assert inter["ci"] == pytest.approx(_t_interval(INTERACTION_CONTRASTS), abs=1e-5)
+    md = (out / "summary.md").read_text()
+    assert "## Factorial: lite/tiny, norm {g, b} × agg {t, s}" in md
+    assert "| main: norm b − g | 0.07333 |" in md and "| interaction: norm b − g × agg s − t | -0.04 |" in md
+
+    # A missing cell: no effects, and a note saying which.
+    shutil.rmtree(root / "norm=b_agg=s")
+    assert compare_main([str(root), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["factorial"] == [] and "no finished runs in cell" in summary["notes"][0]

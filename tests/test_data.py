@@ -111,7 +111,7 @@ def test_synthetic_is_deterministic_per_seed() -> None:
 def test_malformed_lines_name_file_line_and_field(tmp_path: Path) -> None:
     good = {"id": "a", "problem": "1 + 1?", "answer": "2"}
     cases = [
-        (["{not json"], 1, "invalid JSON"),
+        (["{not json"], 1, "invalid JSON (Expecting property name enclosed in double quotes at column 2)"),
         ([good, "", {"id": "b", "problem": "x"}], 3, "field 'answer' is missing"),  # blank line 2 still counts
         ([good, {"id": "b", "problem": "  ", "answer": "1"}], 2, "field 'problem' is empty"),
         ([{"id": "b", "problem": "x", "answer": 3}], 1, "field 'answer' must be a string, got int"),
@@ -127,6 +127,10 @@ def test_malformed_lines_name_file_line_and_field(tmp_path: Path) -> None:
         assert str(info.value).startswith(f"{path}:{line}: "), str(info.value)
         assert message in str(info.value)
         assert isinstance(info.value, ValueError)
+    # A last line without its newline: json's message ends in "at", the column completes it (not "at at").
+    (tmp_path / "cut.jsonl").write_text('{"id": "a')
+    with pytest.raises(DataFormatError, match=r"invalid JSON \(Unterminated string starting at column 8\)$"):
+        load_jsonl_problems(tmp_path / "cut.jsonl")
 
 
 def test_jsonl_fields_and_tier(tmp_path: Path) -> None:

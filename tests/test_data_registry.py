@@ -317,6 +317,7 @@ def test_shipped_answers_verify_against_themselves_sampled():
     assert [f for name in SHIPPED for f in _self_check_file(name, sampled=True)] == []
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_shipped_answers_verify_against_themselves_all_rows():
     """The rows the sampled test leaves out, in 2 worker processes (one file per task): with it,

@@ -117,6 +117,7 @@ def test_constructed_batch_through_the_module(tmp_path):
     assert s["reward/mean"] == approx(0.75) and s["reward/std"] == approx(0.5) and s["reward/accuracy"] == approx(0.75)
     assert (s["groups/all_correct"], s["groups/all_wrong"], s["groups/mixed"]) == (0.5, 0.0, 0.5)
     assert s["response/length_mean"] == approx(9 / 4) and s["response/length_max"] == 3
+    assert s["response/generated_tokens"] == 3 + 2 + 3 + 1  # the step's response tokens (lengths 3, 2, 3, 1)
     assert s["response/truncation_rate"] == 0.5
     # Truncated rows [7, 7, 7] (bigram share 1/2: repetitive) and [7, 8, 9] (0): rate 1/2, mean share 1/4.
     assert s["response/repetition_rate_truncated"] == 0.5
@@ -233,3 +234,18 @@ def test_pearson_correlation_by_hand():
     assert float(pearson_correlation(x, torch.ones(4))) == 0.0
     assert float(pearson_correlation(x, y, mask=torch.tensor([True, False, False, True]))) == pytest.approx(1.0)
     assert float(pearson_correlation(torch.tensor([1.0]), torch.tensor([2.0]))) == 0.0
+
+
+def test_hparams_leave_out_lightning_entries_and_show_booleans_as_words():
+    """The HPARAMS tab: no ``model/_instantiator`` column (Lightning's bookkeeping), and a boolean
+    setting as true/false (TensorBoard's summary stores a Python bool as the number 1.0)."""
+    from lite_ppo.callbacks import AdvantageNormalization
+    from lite_ppo.callbacks.diagnostics import run_hparams
+
+    module = SimpleNamespace(hparams={"lr": 1e-6, "pack_prompts": True, "_instantiator": "lightning.cli..."})
+    trainer = SimpleNamespace(datamodule=None, callbacks=[AdvantageNormalization(count_truncated=False)])
+    params = run_hparams(trainer, module)
+    assert not [key for key in params if "_instantiator" in key]
+    assert params["model/lr"] == 1e-6 and params["model/pack_prompts"] == "true"
+    assert params["technique/AdvantageNormalization/count_truncated"] == "false"
+    assert params["techniques"] == "AdvantageNormalization"

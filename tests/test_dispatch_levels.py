@@ -1,5 +1,6 @@
-"""The lower CPU dispatch level that CI re-runs the numerics-sensitive tests under really is in force
-in a child process, and it really rounds differently (else that second run would prove nothing)."""
+"""The lower CPU dispatch levels that CI re-runs the numerics-sensitive tests under really are in force
+in a child process, agree to rounding, and the lowest really rounds differently (else those runs would
+prove nothing)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 
 import torch
 
-from helpers.dispatch import AVX2, SCALAR, lower_dispatch_env
+from helpers.dispatch import AVX2, SCALAR, lower_dispatch_levels
 from helpers.update_steps import UNIT_ROUNDOFF, assert_close_to_scale
 
 # The same fixed computations in a child process: the capability in force and the results' bits.
@@ -32,24 +33,28 @@ def _child(env: dict[str, str]) -> dict:
     return json.loads(done.stdout)
 
 
-def test_lower_level_is_the_other_cpu_kind():
-    assert lower_dispatch_env("AVX512") == AVX2
-    assert lower_dispatch_env("AVX512_BF16") == AVX2
-    assert lower_dispatch_env("AVX2") == SCALAR
+def test_lower_levels_are_the_other_cpu_kind_then_scalar():
+    assert lower_dispatch_levels("AVX512") == [AVX2, SCALAR]
+    assert lower_dispatch_levels("AVX512_BF16") == [AVX2, SCALAR]
+    assert lower_dispatch_levels("AVX2") == [SCALAR]
 
 
-def test_the_lower_level_is_in_force_and_moves_the_rounding():
+def test_the_lower_levels_are_in_force_and_the_lowest_moves_the_rounding():
     native = _child({})  # the machine's own level (a level forced on this process is not passed on)
-    lower = _child(lower_dispatch_env(native["capability"]))
-    expected = "AVX2" if native["capability"].startswith("AVX512") else "DEFAULT"
-    assert lower["capability"] == expected
-    differ = []
-    for op in ("mm", "log_softmax", "exp", "sum"):
-        # Both are the same function to rounding: a sum of up to 300 (mm) or 4096 (sum, log_softmax)
-        # terms errs by at most n * u of the sum of |terms|, here bounded by n x the largest |entry|.
-        terms = 4096 if op in ("sum", "log_softmax") else 300
-        assert_close_to_scale(torch.tensor(lower[op]), torch.tensor(native[op]), terms * UNIT_ROUNDOFF, msg=op)
-        differ.append(lower[op] != native[op])
-    # Another vector width sums in another order: the bits move, so a test that passes at both
-    # levels does not depend on one machine's rounding.
-    assert any(differ), "the lower dispatch level computed the same bits: it would test nothing"
+    levels = lower_dispatch_levels(native["capability"])
+    for env in levels:
+        lower = _child(env)
+        assert lower["capability"] == env["ATEN_CPU_CAPABILITY"].upper()
+        differ = []
+        for op in ("mm", "log_softmax", "exp", "sum"):
+            # Both are the same function to rounding: a sum of up to 300 (mm) or 4096 (sum, log_softmax)
+            # terms errs by at most n * u of the sum of |terms|, here bounded by n x the largest |entry|.
+            terms = 4096 if op in ("sum", "log_softmax") else 300
+            assert_close_to_scale(torch.tensor(lower[op]), torch.tensor(native[op]), terms * UNIT_ROUNDOFF, msg=op)
+            differ.append(lower[op] != native[op])
+        # The scalar kernels sum in another order than any vector width: the bits move, so a test that
+        # passes there too does not depend on this machine's rounding. (AVX2 under AVX-512 need not:
+        # on an AMD EPYC with AVX-512 it computed these four bit for bit.)
+        if env is SCALAR:
+            assert any(differ), "the scalar dispatch level computed the same bits: it would test nothing"
+    assert levels[-1] is SCALAR

@@ -10,8 +10,11 @@ The run goes through the real module code path: ``Trainer.fit`` for one training
 optimizer steps: ``num_mini_batches=2``, each accumulated over micro-batches of 2), with the rollout
 injected by a test callback instead of generated. Compared against the 1-process run:
 
-- the advantages (batch-std normalization with the global std);
+- the advantages (batch-std normalization with the global std), and those REINFORCE++ and
+  REINFORCE++-baseline compute on the same batch with their global whitening statistics;
 - the logged loss values, the global grad norm of each optimizer step;
+- the tokens the global-batch selections pick (:data:`MODE_TECHNIQUES`): the high-entropy tokens and
+  Clip-Cov's seeded draw (``seq-mean-token-mean``), KL-Cov's top covariances (``seq-mean-token-sum``);
 - the updated weights (their change from the initial weights).
 
 This file is also the worker script: ``python -m torch.distributed.run --nproc_per_node 2
@@ -38,6 +41,17 @@ REPO = HERE.parent
 # global grad norm is ~1.3 in token-mean: 0.5 clips every step, by torch or inside DeepSpeed)
 MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-mean@clip0.5")
 PROMPTS, G, WORLD = 4, 4, 2
+# Techniques that select tokens over the global batch, added in one mode each (no extra run): the
+# entropy quantile and the covariances gather every rank's tokens, so the selection, its threshold and
+# the loss it gives must equal the 1-process ones. Bounds (0, 100) make about half the tokens
+# Clip-Cov candidates with this random model (|Cov_t| < 1).
+MODE_TECHNIQUES = {  # mode -> [(lite_ppo.callbacks class, init args)]
+    "seq-mean-token-mean": [
+        ("HighEntropyTokens", {"share": 0.3}),
+        ("ClipCov", {"share": 0.1, "lower": 0.0, "upper": 100.0, "seed": 3}),
+    ],
+    "seq-mean-token-sum": [("KLCov", {"share": 0.1, "coef": 1.0})],
+}
 
 # Tolerances (float32 CPU). Two sources of difference only: (1) different padding widths per rank
 # (masked positions change nothing mathematically, but SDPA/matmul reduce over different lengths,
@@ -127,8 +141,10 @@ def _worker(args) -> None:
     import lightning.pytorch as pl
     from torch.utils.data import DataLoader
 
-    from lite_ppo.callbacks import AdvantageNormalization, LossAggregation
+    from lite_ppo import callbacks
+    from lite_ppo.callbacks import AdvantageNormalization, KLCov, LossAggregation, ReinforcePlusPlus
     from lite_ppo.module import LitePPO
+    from lite_ppo.ranks import Ranks
     from lite_ppo.strategies import CPUDeepSpeedStrategy
     from lite_ppo.technique import Technique
     from lite_ppo.weight_gather import iter_gathered_state
@@ -146,6 +162,8 @@ def _worker(args) -> None:
         def __init__(self):
             self.stats = None
             self.advantages = None
+            self.reinforce_pp = None
+            self.selections: dict[str, torch.Tensor] = {}
             self.grads = None
             self.micro = 0  # micro-batches so far in this optimizer step
             self.micros_per_step: list[int] = []
@@ -180,7 +198,25 @@ def _worker(args) -> None:
 
         def on_update_end(self, trainer, module, batch, stats):
             self.advantages = batch.advantages.detach().cpu().clone()
+            # REINFORCE++ whitens over the global batch (token-weighted): rank 0's short and rank 1's
+            # long responses give local statistics far from the global ones. Its advantages of this
+            # rank's rows, and the statistics it logged (reduced here, which also resets them).
+            self.reinforce_pp = {}
+            for baseline in (False, True):
+                advantages = ReinforcePlusPlus(group_baseline=baseline).compute_advantages(trainer, module, batch)
+                logged = module.step_metrics.compute(Ranks(trainer))
+                self.reinforce_pp[baseline] = (advantages.cpu(), {k: v.cpu() for k, v in logged.items()})
             self.stats = {k: torch.as_tensor(v).detach().float().cpu().clone() for k, v in stats.scalars.items()}
+            # The token selections, flattened over this rank's loss tokens (row-major: concatenated
+            # in rank order they are the 1-process flattening).
+            tokens = batch.loss_mask > 0
+            kl_cov = next((cb for cb in trainer.callbacks if isinstance(cb, KLCov)), None)
+            chosen = {
+                "policy_mask": batch.policy_mask,
+                "token_weights": batch.token_weights,
+                "kl_cov": None if kl_cov is None else kl_cov.penalized,
+            }
+            self.selections = {k: v[tokens].cpu().clone() for k, v in chosen.items() if v is not None}
 
     for first, mode in enumerate(args.modes.split(",")):
         aggregation, _, clip = mode.partition("@clip")
@@ -215,6 +251,8 @@ def _worker(args) -> None:
                 LossAggregation(mode=aggregation),
                 InjectRollout(),
                 record,
+                # after record, whose on_update_end reads KLCov's selection before KLCov drops it
+                *(getattr(callbacks, name)(**kwargs) for name, kwargs in MODE_TECHNIQUES.get(mode, [])),
             ],
         )
         module = LitePPO(
@@ -234,6 +272,8 @@ def _worker(args) -> None:
         (out / mode).mkdir(parents=True, exist_ok=True)
         result = {
             "advantages": record.advantages,
+            "reinforce_pp": record.reinforce_pp,
+            "selections": record.selections,
             "stats": record.stats,
             "world": trainer.world_size,
             "global_step": trainer.global_step,
@@ -384,6 +424,21 @@ def assert_same_as_single(
     adv = torch.cat([r["advantages"] for r in multi])
     torch.testing.assert_close(adv, ref["advantages"], atol=ADV_ATOL, rtol=0)
     measured["advantages_max_abs"] = (adv - ref["advantages"]).abs().max().item()
+    # REINFORCE++ and REINFORCE++-baseline: the same advantages and global whitening statistics
+    for baseline, (want, want_stats) in ref["reinforce_pp"].items():
+        got = torch.cat([r["reinforce_pp"][baseline][0] for r in multi])
+        torch.testing.assert_close(got, want, atol=ADV_ATOL, rtol=0)
+        assert set(want_stats) == {"reinforce_pp/return_mean", "reinforce_pp/return_std"}, want_stats
+        for r in multi:
+            torch.testing.assert_close(r["reinforce_pp"][baseline][1], want_stats, rtol=STAT_RTOL, atol=STAT_ATOL)
+        measured[f"reinforce_pp_baseline={baseline}_max_abs"] = (got - want).abs().max().item()
+    # the global-batch token selections pick exactly the 1-process tokens (their thresholds, shares and
+    # losses are logged statistics, compared below)
+    assert multi[0]["selections"].keys() == ref["selections"].keys()
+    for name, want in ref["selections"].items():
+        got = torch.cat([r["selections"][name] for r in multi])
+        assert torch.equal(got, want), f"{name}: {int((got != want).sum())} of {want.numel()} tokens differ"
+        assert 0 < int((want != 0).sum()) < want.numel(), name  # some tokens selected (or detached), not all
     # every logged training statistic is a global quantity: equal on all ranks and to the 1-process value
     for name, value in ref["stats"].items():
         if name.startswith("time/") or name in RANK_LOCAL_STATS:
@@ -428,6 +483,8 @@ def test_two_ddp_ranks_equal_one_process(tmp_path, tiny_model_path, single_resul
             load_results(tmp_path, mode), load_results(single_results, mode), w0, compare_grads="@clip" not in mode
         )
         print(mode, {k: f"{v:.3g}" for k, v in measured.items() if not k.startswith("stat:")})
+        if mode in MODE_TECHNIQUES:  # its techniques' selections were recorded, and compared above
+            assert load_results(single_results, mode)[0]["selections"], mode
         if "@clip" in mode:
             # clipping really acted (pre-clip norm above the bound) and left the gradient at the bound
             bound = float(mode.partition("@clip")[2])

@@ -338,6 +338,7 @@ def test_evaluate_config_typo_is_one_line(tmp_path, capsys):
 GSM8K_CHECK_PROBLEMS = int(os.environ.get("LITE_PPO_GSM8K_CHECK_PROBLEMS", "20"))
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_smollm2_gsm8k_accuracy_matches_direct_math_verify(tmp_path, shared_data):
     """SmolLM2-135M-Instruct, the first GSM8K test problems, greedy, 256 new tokens: the command's
@@ -385,3 +386,20 @@ def test_smollm2_gsm8k_accuracy_matches_direct_math_verify(tmp_path, shared_data
     assert metrics["benchmarks"]["gsm8k"]["accuracy"] == pytest.approx(direct_accuracy)
     disagree = [r["id"] for r in records if r["correct"] != verdicts[r["id"]]]
     assert not disagree, f"the command and direct math-verify disagree on {disagree}"
+
+
+def test_evaluate_a_builtin_with_its_own_response_limit():
+    """Without a config or flag, builtin:tiny-arith (whose working is ~25 tokens) generates at most
+    32 tokens, not the general 1,024; the flag and a config's limits still win."""
+    from lite_ppo.evaluation.command import DEFAULT_MAX_NEW_TOKENS, build_parser, sampling_from_args
+    from lite_ppo.rollout import SamplingConfig
+
+    def limit(*argv: str, **config) -> int:
+        args = build_parser().parse_args(["--out", "unused", *argv])
+        return sampling_from_args(args, **config).max_new_tokens
+
+    assert DEFAULT_MAX_NEW_TOKENS == 1024
+    assert limit("--model", "builtin:tiny-arith") == 32
+    assert limit("--model", "/models/Qwen3-4B-Base") == 1024
+    assert limit("--model", "builtin:tiny-arith", "--max-new-tokens", "7") == 7
+    assert limit("--model", "builtin:tiny-arith", sampling=SamplingConfig(max_new_tokens=48)) == 48

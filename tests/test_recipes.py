@@ -96,6 +96,12 @@ RECIPES = {
     "lite_ppo_batch_norm": ((0.2, 0.2, "token-mean"), []),
     "lite_ppo_seq_level": ((0.2, 0.2, "seq-mean-token-mean"), []),
     "lite_ppo_overlong_filter": ((0.2, 0.2, "token-mean"), ["overlong_filter/masked_response_share"]),
+    "dr_grpo": ((0.2, 0.2, "seq-mean-token-sum-norm"), []),
+    "reinforce_pp_baseline": ((0.2, 0.2, "token-mean"), ["reinforce_pp/return_std", "loss/kl"]),
+    "lite_ppo_entropy_bonus": ((0.2, 0.2, "token-mean"), ["entropy_bonus/coef", "loss/entropy_bonus"]),
+    "lite_ppo_high_entropy": ((0.2, 0.2, "token-mean"), ["high_entropy/selected_share", "high_entropy/threshold"]),
+    "lite_ppo_clip_cov": ((0.2, 0.2, "token-mean"), ["clip_cov/detached_share", "clip_cov/candidate_share"]),
+    "lite_ppo_kl_cov": ((0.2, 0.2, "token-mean"), ["kl_cov/selected_share", "kl_cov/covariance", "loss/kl_cov"]),
 }
 
 
@@ -118,6 +124,23 @@ def test_recipe_runs_two_steps(recipe, tmp_path, tiny_model_path):
         assert all(torch.equal(step["advantages"], step["rewards"]) for step in Recorder.seen)  # A = r
     if recipe == "grpo":
         assert all(v >= 0 for _, v in scalars["kl/ref_kl"])  # k3 >= 0
+    if recipe == "dr_grpo":
+        assert cfg.generation_budget == 32  # the rollout's max_new_tokens (configs/models/tiny.yaml)
+    if recipe == "lite_ppo_high_entropy":
+        # ceil(0.2 N) of the step's N loss tokens (~400 here): the share is 0.2 up to 1 / N
+        assert all(0.2 <= v < 0.21 for _, v in scalars["high_entropy/selected_share"])
+    if recipe == "lite_ppo_clip_cov":  # only candidates are detached
+        shares = zip(scalars["clip_cov/detached_share"], scalars["clip_cov/candidate_share"])
+        assert all(detached <= candidates for (_, detached), (_, candidates) in shares)
+    if recipe == "lite_ppo_kl_cov":  # max(1, floor(2e-3 N)) tokens (N ~400: 1 or 2), the penalty >= 0
+        assert all(0 < v < 0.01 for _, v in scalars["kl_cov/selected_share"])
+        assert all(v >= 0 for _, v in scalars["loss/kl_cov"])
+    if recipe == "lite_ppo_entropy_bonus":
+        # Step 2's coefficient is step 1's moved by the rate 0.0005 towards the target 0.3 nats.
+        (_, first), (_, second) = scalars["entropy_bonus/coef"]
+        entropy = scalars["policy/entropy"][0][1]
+        assert first == pytest.approx(0.001)
+        assert second == pytest.approx(0.001 + (0.0005 if entropy < 0.3 else -0.0005))
 
 
 def test_diagnostics_through_the_cli(tmp_path, tiny_model_path):
@@ -146,6 +169,25 @@ def test_diagnostics_through_the_cli(tmp_path, tiny_model_path):
     assert "response/length" in tags and "groups/correct_per_group" in tags
     # One tier: no tier/ block repeating the global values.
     assert not any(tag.startswith("tier/") for tag in scalars) and "tier/easy/length" not in tags
+
+
+def test_reinforce_pp_recipe_is_the_baseline_recipe_without_the_baseline(capsys):
+    """reinforce_pp.yaml differs from reinforce_pp_baseline.yaml (which runs above) in the one flag;
+    checked on the composed config rather than by a third fit of the same code."""
+    configs = {}
+    for recipe in ("reinforce_pp", "reinforce_pp_baseline"):
+        with pytest.raises(SystemExit):
+            main(["fit", "--config", str(REPO / f"configs/recipes/{recipe}.yaml"), "--print_config"])
+        configs[recipe] = capsys.readouterr().out
+    assert "ReinforcePlusPlus" in configs["reinforce_pp"]
+    assert (
+        "group_baseline: false" in configs["reinforce_pp"]
+        and "group_baseline: true" in configs["reinforce_pp_baseline"]
+    )
+    plain = configs["reinforce_pp"].replace("group_baseline: false", "group_baseline: true")
+    assert (
+        plain.replace("recipe: reinforce_pp\n", "recipe: reinforce_pp_baseline\n") == configs["reinforce_pp_baseline"]
+    )
 
 
 @pytest.mark.parametrize("model", ["qwen3_4b_base", "qwen3_8b_base", "qwen3_4b_instruct"])

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from conftest import read_scalars
+from lite_ppo.errors import UserError
 from lite_ppo.metric_names import SKIPPED_STEPS
 from lite_ppo.reliability.divergence import DivergenceGuard, TrainingDiverged
 from reliability_faults import fit_with_faults
@@ -64,9 +65,30 @@ def test_nan_steps_in_a_row_stop_the_run_with_one_line(tmp_path, tiny_model_path
     assert err[-1].startswith(
         "lite-ppo fit: error: divergence guard: 3 optimizer steps in a row had a non-finite loss or gradient norm"
     )
+    # The streak began at optimizer step 0: the checkpoint saved at step 2 is after it, so none is named.
+    assert err[-1].endswith("no checkpoint was saved before optimizer step 0: start the run again"), err[-1]
     # Nothing non-finite reached a checkpoint (none was due before the stop, none written at it).
     for path in (tmp_path / "ckpt").glob("*.ckpt") if (tmp_path / "ckpt").exists() else []:
         assert all(torch.isfinite(v).all() for v in _weights(path)["state_dict"].values())
+
+
+@pytest.mark.slow
+def test_an_exploding_finite_step_stops_and_names_the_checkpoint_before_it(tmp_path, tiny_model_path, capsys):
+    """model.lr 1e20 for one optimizer step: every weight moves by ~1e20, all finite. The run stops at
+    that step (optimizer step 4, the first of training step 2) and names the checkpoint saved after
+    step 4 optimizer steps (checkpoints every 2), which holds the weights from before it."""
+    fault = {"class_path": "reliability_faults.LearningRateAt", "init_args": {"step": 2, "lr": 1e20}}
+    with pytest.raises(SystemExit) as info:
+        fit_with_faults(tmp_path, tmp_path / "ckpt", [fault])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("lite-ppo fit: error: divergence guard: optimizer step 4 changed the weights' norm"), err
+    assert f"--ckpt_path {tmp_path / 'ckpt' / 'epoch=0-step=4.ckpt'} (saved at optimizer step 4" in err, err
+    # No checkpoint holds the exploded weights: every saved weight is of the scale of an initial one.
+    saved = sorted((tmp_path / "ckpt").glob("*.ckpt"))
+    assert {p.name for p in saved} == {"epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt", "last.ckpt"}
+    for path in saved:
+        assert max(float(v.abs().max()) for v in _weights(path)["state_dict"].values()) < 100, path
 
 
 class _Module(torch.nn.Module):
@@ -106,6 +128,24 @@ def test_skip_drops_the_gradients_and_counts():
     guard.observe_loss(torch.tensor(1.0))
     with pytest.raises(TrainingDiverged, match="2 optimizer steps in a row"):
         guard.before_optimizer_step(_trainer(), optimizer, torch.tensor(float("nan")))
+
+
+def test_weight_norm_factor_stops_a_step_that_grows_or_shrinks_the_weights_too_much():
+    guard = DivergenceGuard(max_weight_norm_factor=2.0)
+    module = _Module(0.0)  # weights [1, 0]: norm 1
+    trainer = SimpleNamespace(**vars(_trainer()), checkpoint_callbacks=[])
+    guard.on_train_start(trainer, module)
+    for scale, stops in ((1.9, False), (1 / 1.9, False), (2.1, True), (1 / 2.1, True), (float("inf"), True)):
+        guard._weight_norm = 1.0  # the norm before this step
+        with torch.no_grad():
+            module.weight.copy_(torch.tensor([scale, 0.0]))
+        if stops:
+            with pytest.raises(TrainingDiverged, match="no checkpoint was saved before optimizer step"):
+                guard.after_optimizer_step(trainer, module)
+        else:
+            guard.after_optimizer_step(trainer, module)
+    with pytest.raises(UserError, match="max_weight_norm_factor must be a number > 1"):
+        DivergenceGuard(max_weight_norm_factor=1.0)
 
 
 def test_alarms_warn_only_when_enabled_and_crossed():

@@ -74,6 +74,27 @@ def test_configure_fills_only_what_is_unset(tmp_path):
     assert configure_run_dir(config) is None
 
 
+def test_validate_and_test_of_a_run_checkpoint_log_into_the_run(tmp_path):
+    from lite_ppo.research.run_dir import configure_evaluation_dir
+
+    run = tmp_path / "runs" / "lite_ppo" / "tiny" / "seed7"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    ckpt = run / "checkpoints" / "last.ckpt"
+    for subcommand in ("validate", "test"):
+        config = {**_config(tmp_path / "elsewhere"), "ckpt_path": str(ckpt)}
+        assert configure_evaluation_dir(config, subcommand) == run.resolve() / subcommand
+        args = config["trainer"]["logger"]["init_args"]
+        # TensorBoardLogger's log_dir is save_dir/name/version
+        assert Path(args["save_dir"]) / args["name"] / args["version"] == run.resolve() / subcommand
+    # A name the user chose, or a checkpoint outside any run folder, keeps the logger as configured.
+    chosen = {**_config(tmp_path / "elsewhere", name="mine"), "ckpt_path": str(ckpt)}
+    assert configure_evaluation_dir(chosen, "test") is None
+    assert chosen["trainer"]["logger"]["init_args"]["name"] == "mine"
+    (tmp_path / "loose.ckpt").write_bytes(b"")
+    assert configure_evaluation_dir({**_config(tmp_path), "ckpt_path": str(tmp_path / "loose.ckpt")}, "test") is None
+
+
 def test_prepare_fit_run_tells_the_record(tmp_path):
     config = _config(tmp_path)
     prepare_fit_run(config)
@@ -113,7 +134,7 @@ def test_run_record_lifecycle(tmp_path):
 
 
 @pytest.mark.slow
-def test_fit_twice_gets_two_named_run_dirs(tmp_path, tiny_model_path, monkeypatch):
+def test_fit_twice_gets_two_named_run_dirs(tmp_path, tiny_model_path, monkeypatch, capsys):
     from lite_ppo.cli import main
 
     monkeypatch.chdir(tmp_path)
@@ -124,7 +145,16 @@ def test_fit_twice_gets_two_named_run_dirs(tmp_path, tiny_model_path, monkeypatc
         "--seed_everything=3",
         "--data.steps_per_epoch=1", "--data.prompts_per_step=2", "--rollout.sampling.max_new_tokens=4",
     ]  # fmt: skip
+    # A start that fails (two advantage estimators: refused in setup, after the folder was made)
+    # leaves no folder, so the next real run is seed3, not seed3-1.
+    with pytest.raises(SystemExit):
+        main([*args, "--trainer.callbacks+=lite_ppo.callbacks.AdvantageNormalization"])
+    assert not (tmp_path / "runs/grpo").exists()
+    capsys.readouterr()
     main(list(args))
+    # The run folder is printed when the run starts and when it ends.
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("lite-ppo fit: run folder")]
+    assert len(said) == 2 and all("runs/grpo/tiny-arith/seed3" in line for line in said), said
     main(list(args))
     first, second = tmp_path / "runs/grpo/tiny-arith/seed3", tmp_path / "runs/grpo/tiny-arith/seed3-1"
     for run_dir in (first, second):

@@ -217,6 +217,26 @@ def test_summary_line_and_phase_text():
         ConsoleProgressBar(summary_every_n_steps=-1)
 
 
+def test_validation_bars_show_from_their_first_phase():
+    """Lightning adds a validation bar hidden until its first batch ends; one large batch (the held-out
+    problems before training) would leave the screen empty for minutes. The first phase shows it."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks.progress.rich_progress import CustomProgress
+
+    for sanity in (True, False):
+        bar = ConsoleProgressBar()
+        bar.progress = CustomProgress(auto_refresh=False)  # what Lightning's bar draws with
+        task = bar.progress.add_task("Validation", total=1, visible=False)
+        bar.val_sanity_progress_bar_id, bar.val_progress_bar_id = (task, None) if sanity else (None, task)
+        trainer = SimpleNamespace(training=False, sanity_checking=sanity, validating=not sanity)
+        bar.on_phase(trainer, SimpleNamespace(phase=("generating", 0, 0)))
+        shown = bar.progress.tasks[0]
+        assert shown.visible and shown.completed == 0
+        expected = "Validating before training generating" if sanity else "Validation generating"
+        assert shown.description == expected, shown.description
+
+
 # -- the documented set itself --------------------------------------------------------------------
 def test_scalar_table_lists_every_documented_tag_once():
     table = names.scalar_table_markdown()
@@ -229,6 +249,7 @@ def test_scalar_table_lists_every_documented_tag_once():
 
 def test_layout_charts_only_documented_tags():
     documented = set(names.SCALARS) | set(names.CONDITIONAL_SCALARS) | {names.reward_status_rate(s) for s in STATUSES}
+    documented |= {tag for tags in names.TECHNIQUE_SCALARS.values() for tag in tags}  # charts of a technique's own tags
     documented |= {names.tier_tag("hard", s) for s in names.TIER_SCALARS} | {
         names.eval_accuracy("aime24"),
         "val/hard/accuracy",

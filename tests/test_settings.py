@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch import Callback, Trainer
 
 from conftest import REPO, read_scalars, tiny_fit_args
-from lite_ppo.callbacks import AdvantageNormalization, LossAggregation, Rollout
+from lite_ppo.callbacks import CISPO, GSPO, SAPO, AdvantageNormalization, ClipHigher, LossAggregation, Rollout
 from lite_ppo.data.datamodule import MathDataModule
 from lite_ppo.errors import UserError
 from lite_ppo.metric_names import OVERLONG_PROMPTS_DROPPED
@@ -64,9 +64,12 @@ INVALID = [
     ({"max_new_tokens": 2048}, "rollout.sampling.max_new_tokens=2048"),  # builtin:tiny's context is 2048
     ({"rollout": {"max_prompt_tokens": 2040}, "max_new_tokens": 16}, "rollout.max_prompt_tokens=2040"),
     ({"model": {"lr": 0.0}}, "model.lr=0.0"),
+    ({"model": {"weight_decay": -1.0}}, "model.weight_decay=-1.0"),
     ({"model": {"clip_eps": 0.0}}, "model.clip_eps=0.0"),
     ({"callbacks": [AdvantageNormalization("group", "group")]}, "both compute advantages"),
     ({"callbacks": [LossAggregation("seq-mean-token-mean")]}, "both set the loss's 'aggregation'"),
+    ({"callbacks": [GSPO(), CISPO()]}, "GSPO and CISPO both set the loss's 'objective'"),
+    ({"callbacks": [ClipHigher(), SAPO()]}, "ClipHigher sets the loss's 'clip_high', which the 'sapo' objective"),
     ({"model": {"lr_schedule": "cosine"}, "trainer": {"max_steps": -1, "max_epochs": -1}}, "needs a finite budget"),
 ]
 
@@ -101,6 +104,8 @@ def _fake(world_size=1, prompts=4, n=2, m=2, max_steps=-1):
     hparams = SimpleNamespace(
         max_grad_norm=1.0,
         lr=1e-6,
+        weight_decay=0.0,
+        betas=(0.9, 0.999),
         warmup_steps=0,
         min_lr_ratio=0.1,
         lr_schedule="constant",
@@ -252,6 +257,28 @@ def test_callback_bounds_under_a_batch_std_too():
         torch.testing.assert_close(got, torch.zeros(6), msg=f"{mean_scope}/{std_scope}")
 
 
+def test_scope_pairs_whose_std_can_vanish_alone_are_refused():
+    """A (centre, scale) pair is refused exactly when some batch makes |A| ~ 1/eps: checked on every
+    0/1 reward batch of 2 groups x 2 responses, computed by ops.normalized_advantages."""
+    import itertools
+
+    from lite_ppo.ops.advantages import SCOPES, scale_vanishes_alone
+
+    groups = torch.tensor([0, 0, 1, 1])
+    batches = [torch.tensor(r, dtype=torch.float64) for r in itertools.product([0.0, 1.0], repeat=4)]
+    for mean_scope, std_scope in itertools.product(SCOPES, SCOPES):
+        largest = max(
+            float(normalized_advantages(r, groups, mean_scope, std_scope, eps=1e-6).abs().max()) for r in batches
+        )
+        # Bounded pairs stay at or below |r - centre| / (smallest non-zero std of these rewards, 0.5) <= 2.
+        assert (largest > 1e5) == scale_vanishes_alone(mean_scope, std_scope), (mean_scope, std_scope, largest)
+        if scale_vanishes_alone(mean_scope, std_scope):
+            with pytest.raises(ValueError, match=f"mean_scope='{mean_scope}' with std_scope='{std_scope}'"):
+                AdvantageNormalization(mean_scope, std_scope)
+        else:
+            AdvantageNormalization(mean_scope, std_scope)
+
+
 def test_bound_helper_per_batch():
     from lite_ppo.ops.advantages import bound_excluded_advantages
 
@@ -373,6 +400,40 @@ def test_resume_applies_changed_safe_settings(tmp_path, checkpoint):
     assert cli.model.hparams.clip_eps == 0.3 and cli.model.hparams.max_grad_norm == 0.5
     assert cli.model.loss_config.clip_low == 0.3 and cli.model.loss_config.clip_high == 0.3
     assert cli.trainer.global_step == 4  # the resumed run did train: 2 rollout steps x 2 mini-batches
+
+
+def test_resume_lists_added_removed_and_changed_techniques(caplog):
+    """The checkpoint records the techniques (LitePPO.on_save_checkpoint); a resumed fit with other
+    ones lists every change (LitePPO.on_load_checkpoint), and says nothing when they are the same."""
+    import logging
+
+    from lite_ppo.callbacks import ClipHigher, KLPenalty
+
+    def trainer(*callbacks):
+        return SimpleNamespace(state=SimpleNamespace(fn="fit"), callbacks=list(callbacks), ckpt_path="last.ckpt")
+
+    module = LitePPO(model_path="builtin:tiny")
+    saved: dict = {}
+    module._trainer = trainer(AdvantageNormalization("group", "batch"), KLPenalty(), LossAggregation("token-mean"))
+    module.on_save_checkpoint(saved)
+    resumed = trainer(AdvantageNormalization("group", "group"), LossAggregation("token-mean"), ClipHigher(eps_high=0.3))
+    for callbacks, expected in (
+        (
+            resumed.callbacks,
+            ["AdvantageNormalization.std_scope batch → group", "removed KLPenalty(", "added ClipHigher("],
+        ),
+        (module._trainer.callbacks, []),
+    ):
+        module._trainer = trainer(*callbacks)
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            module.on_load_checkpoint(saved)
+        lines = [r.getMessage() for r in caplog.records if "changed techniques" in r.getMessage()]
+        if not expected:
+            assert lines == []
+            continue
+        assert len(lines) == 1 and all(part in lines[0] for part in expected), lines
+        assert "eps_high=0.3" in lines[0] and "LossAggregation" not in lines[0]
 
 
 def test_cli_prints_the_invalid_setting_as_one_line_and_exits_2(tmp_path, tiny_model_path, no_weights, capsys):

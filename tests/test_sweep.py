@@ -1,6 +1,7 @@
-"""``lite-ppo sweep``: a 2 recipes x 2 seeds grid of 2-step tiny runs, each in its own process and
-named run directory; a re-run after deleting one run re-runs only that one; ``--emit-slurm`` writes
-scripts naming every run."""
+"""``lite-ppo sweep``: a 2 x 2 factorial (Lite PPO's normalization x aggregation) x 2 seeds of 2-step
+tiny runs, each in its own process and named run directory, compared over generated tokens with
+factorial effects; a re-run after deleting one run re-runs only that one; ``--emit-slurm`` writes
+scripts naming every run; factor levels merge into the recipe's callbacks by class."""
 
 from __future__ import annotations
 
@@ -12,18 +13,31 @@ import pytest
 import yaml
 
 from conftest import REPO
+from lite_ppo.research.factors import cell_config
 from lite_ppo.research.grid import expand_grid
 from lite_ppo.research.sweep import main as sweep_main
 
 RECIPES = [str(REPO / "configs/recipes/lite_ppo.yaml"), str(REPO / "configs/recipes/grpo.yaml")]
 TINY = str(REPO / "configs/models/tiny.yaml")
-# Keep every run tiny: 2 steps of 2 prompts x 4 samples, 4 new tokens, no periodic checkpoints.
+# Keep every run tiny: 2 steps of 2 prompts x 4 samples, 4 new tokens, 4 held-out problems per tier,
+# no periodic checkpoints.
 SMALL = [
     "--data.steps_per_epoch=2",
     "--data.prompts_per_step=2",
     "--rollout.sampling.max_new_tokens=4",
     "--rollout.eval_sampling.max_new_tokens=4",
+    "--data.val_size=4",
 ]
+FACTORS = REPO / "configs/factors"
+NORM = f"norm=group_std:{FACTORS / 'norm_group_std.yaml'},batch_std:{FACTORS / 'norm_batch_std.yaml'}"
+AGG = f"agg=token:{FACTORS / 'agg_token.yaml'},seq:{FACTORS / 'agg_seq.yaml'}"
+# The settings each level stands for, read back from a run's config.yaml.
+LEVELS = {
+    ("norm", "group_std"): ("AdvantageNormalization", {"mean_scope": "group", "std_scope": "group"}),
+    ("norm", "batch_std"): ("AdvantageNormalization", {"mean_scope": "group", "std_scope": "batch"}),
+    ("agg", "token"): ("LossAggregation", {"mode": "token-mean"}),
+    ("agg", "seq"): ("LossAggregation", {"mode": "seq-mean-token-mean"}),
+}
 RUN_JSON_FIELDS = {
     "recipe",
     "model",
@@ -45,48 +59,81 @@ def _args(out: Path, *extra: str) -> list[str]:
     return ["--recipe", *RECIPES, "--seed", "0", "1", "--config", TINY, "--out", str(out), *extra, "--", *SMALL]
 
 
+def _factorial_args(out: Path, *extra: str) -> list[str]:
+    return [
+        *("--recipe", RECIPES[0], "--seed", "0", "1", "--config", TINY, "--factor", NORM, "--factor", AGG),
+        *("--out", str(out), "--compare-args=--x tokens", *extra, "--", *SMALL),
+    ]
+
+
+def _callbacks(config: dict) -> dict[str, dict]:
+    return {cb["class_path"].rsplit(".", 1)[-1]: cb.get("init_args") or {} for cb in config["trainer"]["callbacks"]}
+
+
+@pytest.mark.extended
 @pytest.mark.slow
-def test_sweep_runs_grid_resumes_and_compares(tmp_path, tiny_model_path, capsys):
+def test_factorial_sweep_runs_resumes_and_compares(tmp_path, tiny_model_path, capsys):
     out = tmp_path / "sweep"
-    assert sweep_main(_args(out)) == 0
+    assert sweep_main(_factorial_args(out)) == 0
     run_dirs = {p.parent.relative_to(out).as_posix() for p in out.rglob("run.json")}
-    assert run_dirs == {
-        "lite_ppo/tiny-arith/seed0",
-        "lite_ppo/tiny-arith/seed1",
-        "grpo/tiny-arith/seed0",
-        "grpo/tiny-arith/seed1",
-    }
+    cells = [(n, a) for n in ("group_std", "batch_std") for a in ("token", "seq")]
+    assert run_dirs == {f"norm={n}_agg={a}/lite_ppo/tiny-arith/seed{s}" for n, a in cells for s in (0, 1)}
     for rel in run_dirs:
         run_dir = out / rel
         record = json.loads((run_dir / "run.json").read_text())
         assert RUN_JSON_FIELDS <= set(record), f"{rel}: run.json lacks {RUN_JSON_FIELDS - set(record)}"
         assert record["status"] == "finished"
         assert record["steps"] == 2
-        assert record["recipe"] == rel.split("/")[0] and record["model_name"] == "tiny-arith"
+        assert record["recipe"] == "lite_ppo" and record["model_name"] == "tiny-arith"
         assert record["seed"] == int(rel[-1])
         assert record["ended"] >= record["started"]
         assert record["versions"]["torch"] and record["versions"]["lightning"] and record["versions"]["lite-ppo"]
         assert (run_dir / "config.yaml").is_file() and any(run_dir.glob("events.out.tfevents.*"))
-        # The seed reaches the data order and the sampling, not only torch's global RNG.
+        # The cell is named in the folder and in run.json, and its settings reached the run's config.
+        assert f"norm={record['cell']['norm']}_agg={record['cell']['agg']}" == rel.split("/")[0]
+        assert record["factors"] == {"norm": ["group_std", "batch_std"], "agg": ["token", "seq"]}
         config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        callbacks = _callbacks(config)
+        for factor, level in record["cell"].items():
+            name, settings = LEVELS[(factor, level)]
+            assert settings.items() <= callbacks[name].items(), f"{rel}: {name} is {callbacks[name]}"
+        assert "ModelCheckpoint" in callbacks  # the recipe's other callbacks stay
+        # The seed reaches the data order and the sampling, not only torch's global RNG.
         assert config["seed_everything"] == config["data"]["seed"] == config["rollout"]["seed"] == record["seed"]
     summary = json.loads((out / "compare" / "summary.json").read_text())
-    assert sorted(g["label"] for g in summary["groups"]) == ["grpo/tiny-arith", "lite_ppo/tiny-arith"]
-    assert all(g["seeds"] == [0, 1] for g in summary["groups"])
+    assert summary["x"] == "tokens" and summary["figures"][0] == "overview.png"
+    assert all((out / "compare" / name).is_file() for name in summary["figures"])
+    assert sorted(g["label"] for g in summary["groups"]) == sorted(
+        f"lite_ppo/tiny-arith [norm={n}, agg={a}]" for n, a in cells
+    )
+    for group in summary["groups"]:
+        assert group["seeds"] == [0, 1]
+        # 2 steps x 2 prompts x 4 samples, every response cut at 4 tokens (100 % truncated).
+        assert group["compute"]["tokens"]["mean"] == 2 * 2 * 4 * 4 and group["compute"]["tokens"]["ci"] is not None
+        assert summary["score"]["groups"][group["label"]]["final"]["ci"] is not None
+    (design,) = summary["factorial"]
+    assert design["seeds"] == [0, 1] and "val/*/accuracy" in design["response"]
+    assert [(e["factor"], e["level"], e["n"]) for e in design["main_effects"]] == [
+        ("norm", "batch_std", 2),
+        ("agg", "seq", 2),
+    ]
+    assert len(design["interactions"]) == 1 and all(e["ci"] is not None for e in design["main_effects"])
+    assert len(summary["score"]["pairs"]) == 6  # every pair of the 4 cells
 
     # Interrupted sweep: one run is gone; only that one runs again, into the same name.
-    shutil.rmtree(out / "grpo/tiny-arith/seed1")
-    mtimes = {rel: (out / rel / "run.json").stat().st_mtime_ns for rel in run_dirs if rel != "grpo/tiny-arith/seed1"}
+    gone = "norm=batch_std_agg=seq/lite_ppo/tiny-arith/seed1"
+    shutil.rmtree(out / gone)
+    mtimes = {rel: (out / rel / "run.json").stat().st_mtime_ns for rel in run_dirs if rel != gone}
     capsys.readouterr()
-    assert sweep_main(_args(out)) == 0
+    assert sweep_main(_factorial_args(out)) == 0
     log = capsys.readouterr().out
-    assert "1 run now, 3 skipped" in log
-    assert json.loads((out / "grpo/tiny-arith/seed1/run.json").read_text())["status"] == "finished"
+    assert "1 run now, 7 skipped" in log
+    assert json.loads((out / gone / "run.json").read_text())["status"] == "finished"
     for rel, mtime in mtimes.items():
         assert (out / rel / "run.json").stat().st_mtime_ns == mtime, f"{rel} was run again"
 
     # Everything finished: --emit-slurm has nothing left to write.
-    assert sweep_main(_args(out, "--emit-slurm", str(tmp_path / "slurm"))) == 0
+    assert sweep_main(_factorial_args(out, "--emit-slurm", str(tmp_path / "slurm"))) == 0
     assert "nothing to emit" in capsys.readouterr().out
 
 
@@ -153,3 +200,109 @@ def test_a_seed_sets_the_data_and_sampling_seeds_unless_overridden(tmp_path):
     assert {"--seed_everything=7", "--data.seed=7", "--rollout.seed=7"} <= set(args)
     overridden = expand_grid(RECIPES[:1], [7], [TINY], overrides=["--data.seed=3"])[0].fit_args(tmp_path)
     assert overridden.index("--data.seed=3") > overridden.index("--data.seed=7")  # the later value wins in jsonargparse
+
+
+@pytest.mark.extended
+@pytest.mark.slow
+def test_sigterm_to_a_sweep_stops_its_running_fit_with_a_checkpoint(tmp_path, tiny_model_path):
+    """SIGTERM to the sweep reaches the running fit, which saves last.ckpt and exits; the sweep
+    waits for it and exits 143, and no process of the sweep is left running."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+    import torch
+
+    from lite_ppo.reliability.checkpoint_io import checkpoint_problem
+
+    marker = tmp_path / "steps_done"
+    out = tmp_path / "sweep"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "lite_ppo.research.sweep", "--recipe", RECIPES[0], "--seed", "0", "--config", TINY,
+         "--out", str(out), "--no-compare", "--", *SMALL, "--data.steps_per_epoch=40",
+         "--trainer.callbacks+=reliability_faults.StepMarker", f"--trainer.callbacks.path={marker}"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not marker.exists() and sweep.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), sweep.communicate(timeout=60)[0][-3000:]
+    children = psutil.Process(sweep.pid).children(recursive=True)
+    assert children  # the fit of the grid point
+    sweep.send_signal(signal.SIGTERM)
+    output = sweep.communicate(timeout=180)[0]
+    assert sweep.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "stopped by SIGTERM" in output
+    assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    last = next(out.rglob("last.ckpt"))
+    assert checkpoint_problem(last) is None
+    assert int(marker.read_text()) >= 1
+    # At least the rollout step the marker counted (2 optimizer steps) is in it.
+    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] >= 2
+
+
+def test_factor_levels_merge_into_the_recipes_callbacks_by_class(tmp_path):
+    points = expand_grid(RECIPES[:1], [0, 1], [TINY], factors=[NORM, AGG], grid_overrides=["model.lr=1e-4,1e-5"])
+    assert len(points) == 2 * 2 * 2 * 2 and len({p.sweep_key for p in points}) == 16
+    assert points[0].variant == "norm=group_std_agg=token_model.lr=1e-4"
+    assert points[0].save_dir(tmp_path) == tmp_path / "norm=group_std_agg=token_model.lr=1e-4"
+    args = points[0].fit_args(tmp_path)
+    assert '--run_record.cell={"norm": "group_std", "agg": "token"}' in args
+    assert '--run_record.factors={"norm": ["group_std", "batch_std"], "agg": ["token", "seq"]}' in args
+    # The cell's config follows the recipe and --config: the recipe's callback list with the two levels'
+    # settings merged in by class (LightningCLI alone would replace the list with the last fragment's).
+    inline_text = points[0].configs[-1]
+    assert args[args.index(inline_text) - 1] == "--config" and args.index(inline_text) < args.index("--model.lr=1e-4")
+    inline = json.loads(inline_text)
+    callbacks = _callbacks(inline)
+    assert callbacks["AdvantageNormalization"] == {"mean_scope": "group", "std_scope": "group"}
+    assert callbacks["LossAggregation"] == {"mode": "token-mean"}
+    recipe = yaml.safe_load(Path(RECIPES[0]).read_text())
+    assert [c["class_path"] for c in inline["trainer"]["callbacks"]] == [
+        c["class_path"] for c in recipe["trainer"]["callbacks"]
+    ]
+    assert callbacks["ModelCheckpoint"] == recipe["trainer"]["callbacks"][-1]["init_args"]
+
+
+def test_cell_config_appends_a_new_technique_and_keeps_other_settings(tmp_path):
+    fragment = tmp_path / "filter.yaml"
+    fragment.write_text(
+        "model: {clip_eps: 0.28}\n"
+        "trainer:\n  callbacks:\n    - class_path: lite_ppo.callbacks.OverlongFilter\n"
+        "    - class_path: AdvantageNormalization\n      init_args: {std_scope: none}\n"
+    )
+    merged = cell_config([RECIPES[0], TINY], [str(fragment)])
+    assert merged["model"] == {"clip_eps": 0.28}
+    classes = [c["class_path"] for c in merged["trainer"]["callbacks"]]
+    assert classes[-1] == "lite_ppo.callbacks.OverlongFilter" and len(classes) == 4
+    # A short class name matches the recipe's entry, and only the named argument changes.
+    norm = merged["trainer"]["callbacks"][0]
+    assert norm["class_path"] == "lite_ppo.callbacks.AdvantageNormalization"
+    assert norm["init_args"] == {"mean_scope": "group", "std_scope": "none"}
+    assert cell_config([RECIPES[0]], []) == {}
+
+
+@pytest.mark.parametrize(
+    "factor, message",
+    [
+        ("norm", "expected NAME=LEVEL"),
+        ("norm=a:missing.yaml,b", "does not exist"),
+        ("norm=a", "two or more levels"),
+        ("norm=a,a", "two or more levels"),
+        ("norm=a b,c", "level name"),
+    ],
+)
+def test_bad_factor_is_a_user_error(tmp_path, capsys, factor, message):
+    code = sweep_main(["--recipe", RECIPES[0], "--factor", factor, "--out", str(tmp_path), "--emit-slurm", "x"])
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_compare_args_fail_before_any_run(tmp_path, capsys):
+    out = tmp_path / "runs"
+    assert sweep_main(["--recipe", RECIPES[0], "--out", str(out), "--compare-args=--x furlongs"]) == 2
+    assert "--compare-args" in capsys.readouterr().err and not out.exists()

@@ -244,6 +244,7 @@ def cli_runs(tmp_path_factory, tiny_model_path) -> dict:
     }
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_cli_fit_logs_and_saves_shards(cli_runs):
     scalars = cli_runs["scalars"]
@@ -264,6 +265,7 @@ def test_cli_fit_logs_and_saves_shards(cli_runs):
     assert states["ds_config"]["gradient_clipping"] == states["hyper_parameters"]["max_grad_norm"] == 1.0
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_cli_resume_continues(cli_runs):
     resumed, scalars = cli_runs["resumed_scalars"], cli_runs["scalars"]
@@ -272,6 +274,7 @@ def test_cli_resume_continues(cli_runs):
     assert [p.name for p in cli_runs["resumed_ckpts"]] == ["epoch=0-step=6.ckpt"]
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_cli_resume_reproduces_the_run(cli_runs):
     """The rollout seeds depend only on (batch index, rank), so the resumed last step equals the first
@@ -285,6 +288,7 @@ def test_cli_resume_reproduces_the_run(cli_runs):
         torch.testing.assert_close(resumed[k], final[k], rtol=0, atol=1e-6)
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_export_hf_loads_and_generates(cli_runs, tiny_model_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -339,6 +343,7 @@ class ReferenceLayout(Callback):
         Path(f"{self.path}.{trainer.global_rank}").write_text(json.dumps(layout))
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_kl_reference_is_partitioned_and_starts_at_the_policy(tmp_path, tiny_model_path):
     """GRPO's KL loss under ZeRO-3. Before, the reference was built partitioned (transformers' ZeRO-3

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch import Callback
 from lightning.pytorch.cli import LightningCLI
 
 from lite_ppo.callbacks.console import ConsoleProgressBar
@@ -33,7 +35,7 @@ from lite_ppo.data.datamodule import MathDataModule
 from lite_ppo.errors import UserError
 from lite_ppo.module import LitePPO
 from lite_ppo.reliability import CheckpointIntegrity, DivergenceGuard, Preemption
-from lite_ppo.research.run_dir import prepare_fit_run
+from lite_ppo.research.run_dir import configure_evaluation_dir, prepare_fit_run
 from lite_ppo.research.run_record import RunRecord
 from lite_ppo.seeding import run_seed
 
@@ -67,6 +69,11 @@ class LitePPOCLI(LightningCLI):
     def __init__(self, *args: Any, only_subcommand: str | None = None, **kwargs: Any) -> None:
         # Building one subcommand's parser (not all of them) keeps `lite-ppo fit --help` short.
         self.only_subcommand = only_subcommand
+        self.run_dir: Path | None = None  # fit: the run folder (research/run_dir.py)
+        self.created_run_dir = False  # fit: the folder did not exist before this command
+        self.evaluation_dir: Path | None = None  # validate/test of a run's checkpoint: <run>/<subcommand>
+        self.limit: int | None = None  # validate/test --limit: the first N problems of each benchmark
+        self.first_step = _FirstStep()
         super().__init__(*args, **kwargs)
 
     def subcommands(self) -> dict[str, set[str]]:  # LightningCLI's is static; it is always called on the instance
@@ -78,6 +85,18 @@ class LitePPOCLI(LightningCLI):
         # lite-ppo dispatcher prints it as one line (lite_ppo.commands.user_error_message).
         kwargs.setdefault("exit_on_error", False)
         return super().init_parser(**kwargs)
+
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any):
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        if subcommand in ("validate", "test"):
+            # As `lite-ppo evaluate --limit`: MATH-500 + GSM8K are 1,819 problems, minutes even for the tiny model.
+            parser.add_argument(
+                "--limit",
+                type=int | None,
+                default=None,
+                help="evaluate only the first N problems of each benchmark (default: all of them)",
+            )
+        return parser
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(Rollout, "rollout")
@@ -129,7 +148,14 @@ class LitePPOCLI(LightningCLI):
             if config[section].get("seed") is None:
                 config[section]["seed"] = run_seed(None)
         if self.subcommand == "fit":
-            prepare_fit_run(self.config["fit"])
+            self.run_dir = prepare_fit_run(self.config["fit"])
+            self.created_run_dir = self.run_dir is not None and not self.run_dir.exists()
+        elif self.subcommand in ("validate", "test"):
+            self.evaluation_dir = configure_evaluation_dir(config, self.subcommand)
+            limit = config.get("limit")
+            if limit is not None and limit < 1:
+                raise UserError(f"--limit {limit}: must be >= 1 (the number of problems of each benchmark)")
+            self.limit = limit
 
     def instantiate_classes(self) -> None:
         # The classes of the config check their arguments in their constructors and raise ValueError
@@ -142,13 +168,44 @@ class LitePPOCLI(LightningCLI):
                 raise
             raise UserError(f"invalid setting: {parser_message(str(err))}") from err
 
+    # -- fit: the run folder is said at start and end, and removed when the run never started -------
+    def _run_subcommand(self, subcommand: str) -> None:
+        if subcommand != "fit" or self.run_dir is None:
+            return super()._run_subcommand(subcommand)
+        say = self.trainer.is_global_zero
+        if say:
+            print(f"lite-ppo fit: run folder {self.run_dir}", flush=True)
+        try:
+            super()._run_subcommand(subcommand)
+        except BaseException:
+            # Nothing of a run that failed before its first training step is worth keeping (no step,
+            # no checkpoint); its folder would show in TensorBoard and compare, and push the next run to seed<S>-1.
+            if say and self.created_run_dir and not self.first_step.started and self.run_dir.exists():
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+                for parent in list(self.run_dir.parents)[:2]:  # <recipe>/<model> when this run made them
+                    if parent.is_dir() and not any(parent.iterdir()):
+                        parent.rmdir()
+                print(f"lite-ppo fit: the run did not start; removed its folder {self.run_dir}", flush=True)
+            elif say:
+                print(f"lite-ppo fit: run folder {self.run_dir}", flush=True)
+            raise
+        if say:
+            print(f"lite-ppo fit: run folder {self.run_dir} (tensorboard --logdir {self.run_dir})", flush=True)
+
     # -- validate: the held-out tiers and the benchmarks that are present -----------------------------
     def instantiate_trainer(self, **kwargs: Any):
         trainer = super().instantiate_trainer(**kwargs)
+        if self.subcommand == "fit":
+            trainer.callbacks.append(self.first_step)
         if self.subcommand in ("fit", "validate") and not any(isinstance(cb, Evaluation) for cb in trainer.callbacks):
             evaluation = self.default_evaluation(self.subcommand)
             if evaluation is not None:
                 trainer.callbacks.append(evaluation)
+        if self.limit is not None:
+            from lite_ppo.evaluation.benchmarks import apply_limit
+
+            for evaluation in (cb for cb in trainer.callbacks if isinstance(cb, Evaluation)):
+                evaluation.specs = apply_limit(evaluation.specs, self.limit)
         return trainer
 
     def default_evaluation(self, subcommand: str) -> Evaluation | None:
@@ -168,12 +225,16 @@ class LitePPOCLI(LightningCLI):
             )
         parts = [f"held-out tiers ({val_size} problems each)"] if val_size > 0 else []
         if present:
-            parts.append("benchmarks " + ", ".join(spec.name for spec, _ in present))
+            sizes = [min(len(problems), self.limit or len(problems)) for _, problems in present]
+            limit = "" if self.limit is not None else "; --limit N takes the first N of each"
+            parts.append(
+                "benchmarks " + ", ".join(spec.name for spec, _ in present) + f" ({sum(sizes):,} problems{limit})"
+            )
         note = (
             f"; not found: {', '.join(missing)} (`lite-ppo data fetch NAME`, or $LITE_PPO_EVAL_DIR)" if missing else ""
         )
         print(
-            f"lite-ppo validate: evaluating {' and '.join(parts)}{note}. To choose benchmarks and a limit, "
+            f"lite-ppo validate: evaluating {' and '.join(parts)}{note}. To choose the benchmarks, "
             "add lite_ppo.callbacks.Evaluation to trainer.callbacks.",
             flush=True,
         )
@@ -212,7 +273,8 @@ class LitePPOCLI(LightningCLI):
         """Evaluate the benchmarks (those of a configured ``Evaluation`` callback, else the default
         list) with the config's model or ``ckpt_path``, the ``rollout:`` engine, prompt, reward and
         ``eval_sampling``; print the table and write ``metrics.json``, ``metrics.md`` and
-        ``responses.jsonl`` under ``<log dir>/test``. Runs in this process (like ``lite-ppo evaluate``)."""
+        ``responses.jsonl`` into ``<run>/test`` for a checkpoint inside a run folder, else under
+        ``<log dir>/test``. Runs in this process (like ``lite-ppo evaluate``)."""
         from lite_ppo.evaluation.metrics import flatten
         from lite_ppo.evaluation.report import text_table, write_report
         from lite_ppo.evaluation.runner import evaluate_problems, load_policy_module
@@ -223,6 +285,10 @@ class LitePPOCLI(LightningCLI):
         specs, data_dir = (
             (evaluation.specs, evaluation.data_dir) if evaluation is not None else default_benchmark_specs()
         )
+        if self.limit is not None:
+            from lite_ppo.evaluation.benchmarks import apply_limit
+
+            specs = apply_limit(specs, self.limit)
         present, missing, _ = present_benchmarks(specs, data_dir)
         if not present:
             raise UserError(
@@ -260,7 +326,7 @@ class LitePPOCLI(LightningCLI):
         finally:
             rollout.producer.close()
         titles = {spec.name: spec.display for spec, _ in present}
-        out = Path(trainer.log_dir or trainer.default_root_dir) / "test"
+        out = self.evaluation_dir or Path(trainer.log_dir or trainer.default_root_dir) / "test"
         info = {
             "model": str(ckpt_path or model.hparams.model_path),
             "engine": type(rollout.engine).__name__,
@@ -274,6 +340,16 @@ class LitePPOCLI(LightningCLI):
         print(text_table(results, titles, title=f"Test: {info['model']}"), flush=True)
         print(f"wrote {out / 'metrics.json'}, metrics.md, responses.jsonl", flush=True)
         return results
+
+
+class _FirstStep(Callback):
+    """Notes that a training step began: until then a failed ``fit`` has nothing worth keeping."""
+
+    def __init__(self) -> None:
+        self.started = False
+
+    def on_train_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int) -> None:
+        self.started = True
 
 
 # The LightningCLI subcommands lite-ppo offers (predict is not: see lite_ppo.commands.REMOVED).

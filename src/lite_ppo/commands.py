@@ -88,12 +88,12 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "compare",
-        "paper-style figures and a seed-aggregated summary of runs (TensorBoard event files)",
+        "figures over steps, tokens or seconds and a summary of runs: 95 % CIs, pairwise tests, factorial effects",
         "lite_ppo.research.compare:main",
     ),
     Command(
         "sweep",
-        "run a grid of recipes x seeds, one named run each, resumable; then compare them",
+        "run a grid of recipes x seeds (x factors), one named run each, resumable; then compare them",
         "lite_ppo.research.sweep:main",
     ),
     Command(
@@ -192,6 +192,7 @@ def _run(argv: list[str] | None) -> int | None:
         message = user_error_message(err, prog)
         if message is None or debug:
             raise
+        message += negative_value_hint(message, args)
         print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
 
@@ -206,8 +207,37 @@ def user_error_message(err: BaseException, prog: str = PROG) -> str | None:
     if isinstance(err, UserError):
         return _one_line(str(err))
     if isinstance(err, argparse.ArgumentError):
+        problem = class_path_problem(err)
+        if problem is not None:
+            key = re.match(r'\s*Parser key "([^"]+)":', str(err))
+            return f"{key.group(1) + ': ' if key else ''}{problem} (`{prog} --help` lists the options)"
         return f"{parser_message(str(err))} (`{prog} --help` lists the options)"
     return None
+
+
+def class_path_problem(err: BaseException) -> str | None:
+    """Why a ``class_path`` could not be used (``class_path 'my.Thing': No module named 'my'``), from
+    the exceptions jsonargparse chained; its final message keeps only "Problem with given class_path"."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        found = re.match(r"Problem with given class_path '([^']+)':\s*(\S.*)", str(err), flags=re.DOTALL)
+        if found:
+            return f"class_path '{found.group(1)}': {_one_line(found.group(2))}"
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def negative_value_hint(message: str, args: list[str]) -> str:
+    """``--model.lr -1e-4`` reads ``-1e-4`` as an option ("expected one argument"): say how to write it."""
+    found = re.search(r"argument (--[\w.\-]+): expected one argument", message)
+    if not found:
+        return ""
+    option = found.group(1)
+    for given, value in zip(args, args[1:]):
+        if given == option and re.fullmatch(r"-(\d|\.\d|inf)[\w.+\-]*", value):
+            return f"; a value starting with '-' is read as an option: write {option}={value}"
+    return ""
 
 
 def parser_message(message: str) -> str:

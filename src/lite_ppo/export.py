@@ -18,9 +18,8 @@ import json
 import os
 from pathlib import Path
 
-import torch
-
-from lite_ppo.models.loading import DTYPES
+# The keys of lite_ppo.models.loading.DTYPES, spelled here so that `export-hf --help` imports no torch.
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 
 def export_hf(
@@ -38,11 +37,12 @@ def export_hf(
     Returns:
         ``out_dir`` as a Path.
     """
+    import torch
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
     from lite_ppo.checkpoint_reader import read_checkpoint
     from lite_ppo.models import resolve_model
-    from lite_ppo.models.loading import load_causal_lm
+    from lite_ppo.models.loading import DTYPES, load_causal_lm
 
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
     client, weights = read_checkpoint(checkpoint, lazy=True)
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         "--model", default=None, help="base model (HF folder or builtin:NAME); default: the checkpoint's model_path"
     )
     parser.add_argument(
-        "--dtype", default="auto", choices=["auto", *DTYPES], help="weights dtype (auto: the base model's)"
+        "--dtype", default="auto", choices=["auto", *DTYPE_NAMES], help="weights dtype (auto: the base model's)"
     )
     args = parser.parse_args(argv)
     out = export_hf(args.checkpoint, args.out_dir, model=args.model, dtype=args.dtype)

@@ -21,6 +21,7 @@ GROUPS_MIXED = "groups/mixed"
 RESPONSE_LENGTH = "response/length_mean"  # tokens
 RESPONSE_LENGTH_CORRECT = "response/length_mean_correct"
 RESPONSE_LENGTH_WRONG = "response/length_mean_wrong"
+GENERATED_TOKENS = "response/generated_tokens"  # tokens generated in the step: the x of compare --x tokens
 TRUNCATION_RATE = "response/truncation_rate"  # share of responses that hit max_new_tokens
 REPETITION_TRUNCATED = "response/repetition_rate_truncated"  # share of truncated responses that repeat
 OVERLONG_PROMPTS_DROPPED = "rollout/overlong_prompts_dropped"  # problems skipped this step: prompt over the limit
@@ -56,6 +57,24 @@ GENERATION_SECONDS = "time/generation_s"
 UPDATE_SECONDS = "time/update_s"
 # optimizer steps the divergence guard skipped so far in the run (non-finite loss or grad norm)
 SKIPPED_STEPS = "update/skipped_steps"
+# The policy objectives other than the PPO clip log their own statistics instead of clip/* (ops.POLICY_OBJECTIVES).
+GSPO_CLIP_FRACTION = "gspo/clip_fraction"  # GSPO: share of responses whose sequence ratio was clipped
+GSPO_CLIP_UPPER_POSITIVE = "gspo/clip_upper_of_positive"  # of A>0 responses, s_i > 1 + clip_high
+GSPO_CLIP_LOWER_NEGATIVE = "gspo/clip_lower_of_negative"  # of A<0 responses, s_i < 1 - clip_low
+CISPO_CLIPPED_FRACTION = "cispo/clipped_fraction"  # CISPO: share of tokens whose IS weight was clipped
+SAPO_GRAD_SCALE_POSITIVE = "sapo/grad_scale_of_positive"  # SAPO: mean gate slope on A>0 tokens
+SAPO_GRAD_SCALE_NEGATIVE = "sapo/grad_scale_of_negative"  # and on A<0 tokens
+ENTROPY_BONUS_COEF = "entropy_bonus/coef"  # EntropyBonus: the coefficient of the step (adaptive with a target)
+
+# Token selection (HighEntropyTokens, ClipCov, KLCov): their own tags, listed in TECHNIQUE_SCALARS.
+HIGH_ENTROPY_SELECTED_SHARE = "high_entropy/selected_share"  # share of loss tokens whose surrogate keeps its gradient
+HIGH_ENTROPY_THRESHOLD = "high_entropy/threshold"  # tau: the smallest selected pi_old entropy (nats)
+CLIP_COV_DETACHED_SHARE = "clip_cov/detached_share"  # share of loss tokens detached from the gradient
+CLIP_COV_CANDIDATE_SHARE = "clip_cov/candidate_share"  # share of loss tokens with a covariance inside the bounds
+CLIP_COV_COVARIANCE = "clip_cov/covariance"  # mean Cov_t: the batch covariance of log pi_old and advantage
+KL_COV_SELECTED_SHARE = "kl_cov/selected_share"  # share of loss tokens given the KL penalty
+KL_COV_THRESHOLD = "kl_cov/threshold"  # the smallest covariance among them
+KL_COV_COVARIANCE = "kl_cov/covariance"  # mean Cov_t
 
 # Evaluation: eval/<benchmark>/accuracy for every benchmark and held-out tier, and the paper's average.
 EVAL_PREFIX = "eval/"
@@ -112,6 +131,11 @@ SCALARS: dict[str, tuple[str, str]] = {
     "prompt/length_max": ("Diagnostics", "longest prompt in tokens"),
     RESPONSE_LENGTH: ("Diagnostics", "mean response length in tokens"),
     "response/length_max": ("Diagnostics", "longest response in tokens"),
+    GENERATED_TOKENS: (
+        "Diagnostics",
+        "response tokens generated in the step, summed over ranks and refill rounds "
+        "(its running sum is the x-axis of `lite-ppo compare --x tokens`)",
+    ),
     RESPONSE_LENGTH_CORRECT: ("Diagnostics", "mean length of the correct responses (no point on a step without one)"),
     RESPONSE_LENGTH_WRONG: ("Diagnostics", "mean length of the wrong responses (no point on a step without one)"),
     TRUNCATION_RATE: ("Diagnostics", "share of responses that hit `max_new_tokens` without EOS"),
@@ -127,7 +151,11 @@ SCALARS: dict[str, tuple[str, str]] = {
     ),
     "policy/ratio_max": ("LitePPO", "largest importance ratio pi_theta / pi_old of a trained token"),
     "policy/ratio_min": ("LitePPO", "smallest importance ratio"),
-    CLIP_FRACTION: ("LitePPO", "share of trained tokens whose gradient the clip removed (either bound)"),
+    CLIP_FRACTION: (
+        "LitePPO",
+        "share of trained tokens whose gradient the clip removed (either bound); `clip/*` are the default "
+        "`ppo_clip` objective's (GSPO, CISPO and SAPO log their own instead)",
+    ),
     CLIP_UPPER_POSITIVE: (
         "LitePPO",
         "share of A > 0 tokens clipped at 1 + eps_high (near 0: Clip-Higher cannot matter)",
@@ -241,6 +269,47 @@ TECHNIQUE_SCALARS: dict[str, dict[str, str]] = {
         "overlong_shaping/penalty_mean": "mean length penalty",
         "overlong_shaping/penalized_share": "share of responses penalized",
     },
+    "GSPO": {
+        GSPO_CLIP_FRACTION: "share of the trained responses whose sequence ratio s_i the clip removed (either bound); "
+        "no `clip/*` under GSPO",
+        GSPO_CLIP_UPPER_POSITIVE: "share of A > 0 responses clipped at s_i > 1 + clip_high",
+        GSPO_CLIP_LOWER_NEGATIVE: "share of A < 0 responses clipped at s_i < 1 - clip_low",
+        "gspo/seq_ratio_abs_dev": "mean over responses of abs(s_i - 1) (compare with the clip range)",
+    },
+    "CISPO": {
+        CISPO_CLIPPED_FRACTION: "share of trained tokens whose importance weight was clipped (they keep their "
+        "gradient); no `clip/*` under CISPO",
+        "cispo/weight_mean": "mean clipped importance weight sg(clip(r)) per trained token",
+    },
+    "SAPO": {
+        SAPO_GRAD_SCALE_POSITIVE: "mean over A > 0 tokens of the gate's slope 4 sigmoid (1 - sigmoid): the share "
+        "of the plain policy gradient kept (1 on-policy); no `clip/*` under SAPO",
+        SAPO_GRAD_SCALE_NEGATIVE: "the same over A < 0 tokens",
+    },
+    "ReinforcePlusPlus": {
+        "reinforce_pp/return_mean": "mean of the (group-baselined) returns over the global batch, as whitened",
+        "reinforce_pp/return_std": "their standard deviation (Bessel), the scale the advantages divide by",
+    },
+    "EntropyBonus": {
+        ENTROPY_BONUS_COEF: "the entropy coefficient c this step's loss used (moves with a target entropy)",
+        "loss/entropy_bonus": "the entropy bonus term, -c x the step's token-weighted entropy",
+    },
+    "HighEntropyTokens": {
+        HIGH_ENTROPY_SELECTED_SHARE: "share of the step's loss tokens whose surrogate keeps its gradient: "
+        "ceil(share x N) / N over the global batch",
+        HIGH_ENTROPY_THRESHOLD: "the entropy threshold tau, the smallest pi_old entropy selected (nats)",
+    },
+    "ClipCov": {
+        CLIP_COV_DETACHED_SHARE: "share of the step's loss tokens detached from the policy gradient",
+        CLIP_COV_CANDIDATE_SHARE: "share of loss tokens whose log-prob/advantage covariance lies inside the bounds",
+        CLIP_COV_COVARIANCE: "mean per-token covariance of log pi_old and advantage over the global batch",
+    },
+    "KLCov": {
+        KL_COV_SELECTED_SHARE: "share of the step's loss tokens given the KL penalty (the largest covariances)",
+        KL_COV_THRESHOLD: "the smallest covariance among the penalized tokens",
+        KL_COV_COVARIANCE: "mean per-token covariance of log pi_old and advantage over the global batch",
+        "loss/kl_cov": "the KL-Cov term, coef x abs(log pi_theta - log pi_old) on the penalized tokens",
+    },
 }
 
 
@@ -278,6 +347,22 @@ CUSTOM_SCALARS_LAYOUT: dict[str, dict[str, list]] = {
         "advantage non-zero share": ["Multiline", [f"^{ADVANTAGE_NONZERO}$"]],
         "grad norm": ["Multiline", [f"^{GRAD_NORM}$"]],
         "length-advantage correlation": ["Multiline", [f"^{LENGTH_ADVANTAGE_CORR}$"]],
+        "policy objective (GSPO, CISPO, SAPO)": [  # with one of these techniques only
+            "Multiline",
+            [
+                f"^{GSPO_CLIP_UPPER_POSITIVE}$",
+                f"^{GSPO_CLIP_LOWER_NEGATIVE}$",
+                f"^{CISPO_CLIPPED_FRACTION}$",
+                f"^{SAPO_GRAD_SCALE_POSITIVE}$",
+                f"^{SAPO_GRAD_SCALE_NEGATIVE}$",
+            ],
+        ],
+        "entropy bonus coefficient": ["Multiline", [f"^{ENTROPY_BONUS_COEF}$"]],  # with EntropyBonus only
+        "token selection (high entropy, Clip-Cov, KL-Cov)": [  # with one of these techniques only
+            "Multiline",
+            [f"^{HIGH_ENTROPY_SELECTED_SHARE}$", f"^{CLIP_COV_DETACHED_SHARE}$", f"^{KL_COV_SELECTED_SHARE}$"],
+        ],
+        "log-prob / advantage covariance": ["Multiline", [f"^{CLIP_COV_COVARIANCE}$", f"^{KL_COV_COVARIANCE}$"]],
     },
     "3 per tier": {
         "accuracy": ["Multiline", [r"^tier/.*/accuracy$"]],

@@ -20,11 +20,10 @@ from lite_ppo.ops import (
     MINI_BATCH_SPLITS,
     aggregate_loss,
     aggregation_denominator,
-    clip_fractions,
-    clipped_surrogate,
     entropy_from_logits,
     logprobs_from_logits,
     mini_batch_rows,
+    policy_objective,
     split_to_count,
 )
 from lite_ppo.policy_forward import (
@@ -38,7 +37,7 @@ from lite_ppo.policy_forward import (
 from lite_ppo.preflight import check_fit_settings
 from lite_ppo.ranks import Ranks
 from lite_ppo.reliability.divergence import divergence_guard_of
-from lite_ppo.resume import check_resume, format_differences
+from lite_ppo.resume import check_resume, format_differences, technique_differences, technique_settings
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.step_metrics import StepMetrics
 from lite_ppo.strategies.zero import (
@@ -59,7 +58,8 @@ from lite_ppo.technique import (
     advantage_estimator,
     build_loss_config,
     check_hook_names,
-    overrides,
+    needs_old_logprobs_up_front,
+    objective_kwargs,
     techniques_of,
 )
 
@@ -71,12 +71,14 @@ class LitePPO(LightningModule):
 
     1. advantages from the single advantage-estimator technique, then the techniques' ``loss_mask``
        answers multiplied into the loss mask;
-    2. old log-probs with the current policy, once, without gradient, then the techniques'
-       ``token_weights`` answers multiplied into the token weights;
+    2. old log-probs with the current policy, once, without gradient (with pi_old's entropy when a
+       technique asks), then the techniques' ``token_weights`` answers multiplied into the token
+       weights and their ``policy_mask`` answers into the tokens the policy loss is averaged over;
     3. the batch split into ``num_mini_batches`` mini-batches (strided, see :meth:`mini_batches`),
        one optimizer step each (manual optimization), each accumulated over micro-batches of
-       ``micro_batch_size`` responses: per-token ratio, clipped surrogate, aggregation with the
-       denominator of the whole optimizer step over all ranks, plus techniques' extra terms;
+       ``micro_batch_size`` responses: the per-token policy objective (the clipped surrogate unless
+       a technique chose another, ``ops.POLICY_OBJECTIVES``), aggregation with the denominator of
+       the whole optimizer step over all ranks, plus techniques' extra terms;
     4. gradient clipping, optimizer and LR-scheduler step; the step's scalars (the module's and
        the techniques', :attr:`step_metrics`) reduced once over ranks and logged.
 
@@ -87,9 +89,11 @@ class LitePPO(LightningModule):
     Args:
         model_path: a local Hugging Face folder, or ``builtin:tiny`` / ``builtin:smollm2-135m-instruct``.
         lr: peak learning rate (paper: 1e-6).
-        weight_decay, betas: AdamW settings.
+        weight_decay: AdamW's decoupled weight decay (>= 0; 0 = none).
+        betas: AdamW's decay rates of the gradient's first and second moments, each in [0, 1).
         warmup_steps: optimizer steps of linear warm-up from 0 to ``lr``.
         lr_schedule: ``constant`` after warm-up, or ``cosine`` decay to ``min_lr_ratio * lr`` over the run.
+        min_lr_ratio: the cosine schedule's final learning rate as a share of ``lr`` (in [0, 1]).
         max_grad_norm: gradient clipping by global norm (``None`` disables clipping; the norm is logged anyway).
         clip_eps: the symmetric clip of the base algorithm, and the one source of the lower clip;
             a Clip-Higher technique may widen the upper side.
@@ -118,9 +122,9 @@ class LitePPO(LightningModule):
         old_logprobs: where log pi_old comes from. ``reuse_first`` (default, exact): the first
             mini-batch's from its own forward pass (the policy has not moved yet: its ratio is
             exactly 1), the other rows from one no-gradient pass; ``recompute``: one no-gradient
-            pass over every row (always used when a technique overrides ``token_weights``, which
-            needs them all before the first optimizer step); ``engine``: the rollout engine's
-            log-probs, no pass at all, exact only when the engine computes the trainer's quantity
+            pass over every row (always used when a technique overrides ``token_weights`` or
+            ``policy_mask``, which need them all before the first optimizer step); ``engine``: the
+            rollout engine's log-probs, no pass at all, exact only when the engine computes the trainer's quantity
             (``VLLMEngine`` with ``logprobs_mode: trainer`` in float32); checked on the first
             micro-batch of every step, and the step falls back to ``reuse_first``, with a warning,
             when they differ from the trainer's by more than ``engine_logprob_tolerance``.
@@ -265,9 +269,17 @@ class LitePPO(LightningModule):
         self.loss_config = build_loss_config(
             PolicyLossConfig(clip_low=self.hparams.clip_eps, clip_high=self.hparams.clip_eps), techniques
         )
+        objective = policy_objective(self.loss_config.objective)
+        if objective.aggregation is not None and objective.aggregation != self.loss_config.aggregation:
+            rank_zero_warn(
+                f"the {objective.name!r} policy objective is defined with the {objective.aggregation!r} loss "
+                f"aggregation, this run uses {self.loss_config.aggregation!r} (set it with LossAggregation)"
+            )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["policy_version"] = self.policy_version
+        if self._trainer is not None:  # what a resumed run compares its techniques with (lite_ppo.resume)
+            checkpoint["techniques"] = technique_settings(techniques_of(self._trainer))
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.policy_version = checkpoint.get("policy_version", 0)
@@ -277,6 +289,10 @@ class LitePPO(LightningModule):
             applied = check_resume(saved, dict(self.hparams), str(self._trainer.ckpt_path))
             if applied:
                 rank_zero_info(f"resuming with changed settings (applied): {format_differences(applied)}")
+        if "techniques" in checkpoint and self._trainer is not None and self._trainer.state.fn == "fit":
+            changes = technique_differences(checkpoint["techniques"], technique_settings(techniques_of(self._trainer)))
+            if changes:
+                rank_zero_info(f"resuming with changed techniques (applied): {'; '.join(changes)}")
 
     # -- one training step -------------------------------------------------------------------------
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
@@ -293,11 +309,16 @@ class LitePPO(LightningModule):
         start = time.perf_counter()
         source = self._old_logprob_source(rollout, techniques)
         self.report_phase("old log-probs")
-        rollout = replace(rollout, old_logprobs=self._old_logprobs_before_update(rollout, source))
+        # With a technique that needs pi_old's entropy (Technique.needs_old_entropy), the same pass gives it.
+        with_entropy = any(t.needs_old_entropy for t in techniques)
+        old, old_entropy = self._old_logprobs_before_update(rollout, source, with_entropy)
+        rollout = replace(rollout, old_logprobs=old, old_entropy=old_entropy)
         old_logprob_s = time.perf_counter() - start
         if source == "recompute":
             weights = [t.token_weights(self.trainer, self, rollout, metrics) for t in techniques]
             rollout = replace(rollout, token_weights=_product(rollout.token_weights, weights))
+            selections = [t.policy_mask(self.trainer, self, rollout, metrics) for t in techniques]
+            rollout = replace(rollout, policy_mask=_product(rollout.policy_mask, selections))
 
         start = time.perf_counter()
         rollout = replace(rollout, old_logprobs=self.ppo_update(rollout, techniques, metrics, source))
@@ -371,7 +392,7 @@ class LitePPO(LightningModule):
     def _old_logprob_source(self, rollout: RolloutBatch, techniques: list[Technique]) -> str:
         """``model.old_logprobs``, or ``recompute`` when a technique needs them all up front."""
         wanted = self.hparams.old_logprobs
-        if wanted != "recompute" and any(overrides(t, "token_weights") for t in techniques):
+        if wanted != "recompute" and any(needs_old_logprobs_up_front(t) for t in techniques):
             return "recompute"
         if wanted == "engine" and rollout.engine_logprobs is None:
             if not self._warned_no_engine_logprobs:
@@ -380,26 +401,40 @@ class LitePPO(LightningModule):
             return "reuse_first"
         return wanted
 
-    def _old_logprobs_before_update(self, rollout: RolloutBatch, source: str) -> torch.Tensor:
-        """[B, R] old log-probs known before the first optimizer step; under ``reuse_first`` the
-        first mini-batch's rows are zeros here and filled from their own forward in ``ppo_update``."""
+    def _old_logprobs_before_update(
+        self, rollout: RolloutBatch, source: str, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[B, R] old log-probs known before the first optimizer step (under ``reuse_first`` the
+        first mini-batch's rows are zeros here and filled from their own forward in ``ppo_update``),
+        and, under ``recompute`` when ``with_entropy``, pi_old's entropy [B, R] from the same pass."""
         if source == "engine":
-            return rollout.engine_logprobs * rollout.response_mask
+            return rollout.engine_logprobs * rollout.response_mask, None
         if source == "recompute":
-            return self.sequence_logprobs(rollout)
+            return self._score_without_gradient(rollout, with_entropy)
         old = torch.zeros_like(rollout.response_mask, dtype=torch.float32)
         later = torch.cat(self.mini_batches(rollout)[1:]) if self.hparams.num_mini_batches > 1 else None
         if later is not None:
             old[later] = self.sequence_logprobs(rollout.select(later))
-        return old
+        return old, None
 
     @torch.no_grad()
     def sequence_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         """log pi(o_t | x, o_<t) of the response tokens with the current policy, no gradient: [B, R]."""
+        return self._score_without_gradient(batch, with_entropy=False)[0]
+
+    @torch.no_grad()
+    def _score_without_gradient(
+        self, batch: RolloutBatch, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(logprobs, entropy or None)`` [B, R] with the current policy, no gradient, micro-batch by micro-batch."""
         out = torch.zeros(batch.response_mask.shape, dtype=torch.float32, device=batch.response_mask.device)
+        entropy = torch.zeros_like(out) if with_entropy else None
         for rows in self.micro_batch_rows(batch):
-            out[rows.to(out.device)] = self.score_responses(batch.select(rows), with_entropy=False)[0]
-        return out
+            logprobs, micro_entropy = self.score_responses(batch.select(rows), with_entropy=with_entropy)
+            out[rows.to(out.device)] = logprobs
+            if entropy is not None:
+                entropy[rows.to(out.device)] = micro_entropy.float()
+        return out, entropy
 
     def score_responses(
         self, batch: RolloutBatch, model: torch.nn.Module | None = None, with_entropy: bool = True
@@ -472,6 +507,9 @@ class LitePPO(LightningModule):
         optimizer = self.optimizers()
         scheduler = self.lr_schedulers()
         cfg = self.loss_config
+        # The per-token policy loss: the objective the techniques chose (ppo_clip unless one did).
+        objective = policy_objective(cfg.objective)
+        objective_args = objective_kwargs(cfg)
         ranks = Ranks(self._trainer)
         guard = divergence_guard_of(self.trainer)  # skips optimizer steps with a non-finite loss or grad norm
         mini_batches = self.mini_batches(rollout)
@@ -479,8 +517,17 @@ class LitePPO(LightningModule):
         for k, mb_idx in enumerate(mini_batches):
             self.report_phase("updating", k + 1, len(mini_batches))
             mini = rollout.select(mb_idx)
-            # The denominator of the whole optimizer step: all micro-batches, all ranks.
-            denominator = ranks.sum(aggregation_denominator(mini.loss_mask, cfg.aggregation))
+            # The denominators of the whole optimizer step (all micro-batches, all ranks), in one
+            # all-reduce: the extra terms' over loss_mask, the policy loss's over policy_loss_mask
+            # (the same unless a technique returned a policy_mask).
+            denominator, policy_denominator = ranks.sum(
+                torch.stack(
+                    [
+                        aggregation_denominator(mask, cfg.aggregation, cfg.generation_budget)
+                        for mask in (mini.loss_mask, mini.policy_loss_mask)
+                    ]
+                )
+            )
             optimizer.zero_grad()
             micro_rows = self.micro_batch_rows(mini)
             for micro_idx, idx in enumerate(micro_rows):
@@ -499,12 +546,14 @@ class LitePPO(LightningModule):
                     # The policy has not moved since the rollout: this forward's log-probs are pi_old.
                     micro = replace(micro, old_logprobs=logprobs.detach() * micro.response_mask)
                     old_logprobs[mb_idx[idx]] = micro.old_logprobs
-                token_loss, ratio = clipped_surrogate(
-                    logprobs, micro.old_logprobs, micro.advantages, cfg.clip_low, cfg.clip_high, cfg.dual_clip
+                # The objective's mask is the policy loss's: GSPO's s_i averages over (and so sends its
+                # gradient to) exactly the tokens the policy loss keeps, and the statistics count them.
+                token_loss, objective_stats = objective.fn(
+                    logprobs, micro.old_logprobs, micro.advantages, micro.policy_loss_mask, **objective_args
                 )
                 if micro.token_weights is not None:
                     token_loss = token_loss * micro.token_weights
-                policy_loss = aggregate_loss(token_loss, micro.loss_mask, cfg.aggregation, denominator)
+                policy_loss = aggregate_loss(token_loss, micro.policy_loss_mask, cfg.aggregation, policy_denominator)
                 loss = policy_loss
                 ctx = MiniBatchContext(
                     batch=micro,
@@ -512,6 +561,7 @@ class LitePPO(LightningModule):
                     entropy=entropy,
                     metrics=metrics,
                     compute_logits=partial(self.forward_logits, micro),
+                    rows=mb_idx[idx],
                 )
                 for technique in techniques:
                     for name, term in technique.extra_loss_terms(self.trainer, self, ctx).items():
@@ -522,7 +572,7 @@ class LitePPO(LightningModule):
                 # DDP and DeepSpeed average gradients over ranks; the loss is already a global mean.
                 with sync:
                     self.manual_backward(loss * ranks.world_size)
-                self._micro_stats(metrics, micro, entropy, logprobs, ratio)
+                self._micro_stats(metrics, micro, entropy, logprobs, objective.prefix, objective_stats)
                 metrics.sum(names.POLICY_LOSS, policy_loss / len(mini_batches))
                 if loss is not policy_loss:  # a technique added terms: the optimized loss differs from the surrogate
                     metrics.sum(names.TOTAL_LOSS, loss / len(mini_batches))
@@ -532,6 +582,7 @@ class LitePPO(LightningModule):
                 self.trainer, optimizer, grad_norm
             )  # non-finite: grads dropped, step() changes nothing
             optimizer.step()
+            guard.after_optimizer_step(self.trainer, self.policy)  # an exploding (finite) step stops the run
             # The norm is the same on every rank (computed on the reduced gradient): a mean over ranks
             # and optimizer steps is the mean over optimizer steps.
             metrics.mean(names.GRAD_NORM, grad_norm if grad_norm is not None else engine_grad_norm(self._trainer), 1)
@@ -573,22 +624,17 @@ class LitePPO(LightningModule):
         micro: RolloutBatch,
         entropy: torch.Tensor,
         logprobs: torch.Tensor,
-        ratio: torch.Tensor,
+        prefix: str,
+        objective_stats: dict[str, tuple[torch.Tensor, torch.Tensor]],
     ) -> None:
-        """Token-weighted means over the step's loss tokens (all micro-batches, all ranks) and extrema."""
+        """Token-weighted means over the step's loss tokens (all micro-batches, all ranks) and extrema;
+        the objective's own statistics (``clip/*`` for ppo_clip) as ``<prefix>/<name>``."""
         mask = micro.loss_mask
-        cfg = self.loss_config
         n = mask.sum()
-        # Clipped-token counts (fractions x n), and the A > 0 / A < 0 token counts they are shares of.
-        clipped = clip_fractions(ratio, micro.advantages, mask, cfg.clip_low, cfg.clip_high, cfg.dual_clip)
-        advantages = micro.advantages.unsqueeze(-1).expand_as(mask)
-        positive, negative = ((advantages > 0) * mask).sum(), ((advantages < 0) * mask).sum()
-        metrics.mean(names.CLIP_FRACTION, (clipped["upper"] + clipped["lower"]) * n, n)
-        metrics.mean(names.CLIP_UPPER_POSITIVE, clipped["upper"] * n, positive)
-        metrics.mean(names.CLIP_LOWER_NEGATIVE, clipped["lower"] * n, negative)
-        if cfg.dual_clip is not None:
-            metrics.mean(names.CLIP_DUAL_NEGATIVE, clipped["dual"] * n, negative)
+        for name, (total, count) in objective_stats.items():
+            metrics.mean(f"{prefix}/{name}", total, count)
         log_ratio = (logprobs - micro.old_logprobs) * mask
+        ratio = torch.exp(logprobs - micro.old_logprobs)
         metrics.mean(names.ENTROPY, (entropy * mask).sum(), n)
         # k3 estimator of KL(pi_old || pi_theta): E_old[(rho - 1) - log rho] (Schulman 2020), >= 0.
         metrics.mean(names.APPROX_KL, (((ratio - 1) * mask) - log_ratio).sum(), n)

@@ -11,8 +11,9 @@ loads). It reads only settings and the model's ``config.json`` (no weights), and
   only ``null`` and positive values mean the same under every strategy.
 - ``model.clip_eps`` in (0, 1); exactly one advantage estimator among the techniques, and no two
   techniques setting one field of the loss (what ``on_fit_start`` builds).
-- ``model.lr`` > 0, ``model.warmup_steps`` >= 0, ``model.min_lr_ratio`` in [0, 1]; a cosine schedule
-  needs a finite budget (``trainer.max_epochs`` or ``trainer.max_steps``).
+- ``model.lr`` > 0, ``model.weight_decay`` >= 0, ``model.betas`` each in [0, 1), ``model.warmup_steps``
+  >= 0, ``model.min_lr_ratio`` in [0, 1]; a cosine schedule needs a finite budget
+  (``trainer.max_epochs`` or ``trainer.max_steps``).
 - ``data.prompts_per_step`` divides by the world size; each rank's responses
   (``prompts_per_step / world_size * rollout.sampling.n``) divide by ``model.num_mini_batches``.
 - ``trainer.max_steps`` counts optimizer steps (``num_mini_batches`` per rollout step under manual
@@ -89,6 +90,11 @@ def _check_optimization(hp: Any, trainer: Trainer) -> None:
         )
     if not (math.isfinite(hp.lr) and hp.lr > 0):
         raise UserError(f"model.lr={hp.lr}: must be a finite number > 0")
+    if not (math.isfinite(hp.weight_decay) and hp.weight_decay >= 0):
+        raise UserError(f"model.weight_decay={hp.weight_decay}: must be a finite number >= 0 (AdamW's decoupled decay)")
+    betas = list(hp.betas)
+    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+        raise UserError(f"model.betas={betas}: must be two numbers in [0, 1) (AdamW's moment decay rates)")
     if hp.warmup_steps < 0:
         raise UserError(f"model.warmup_steps={hp.warmup_steps}: must be >= 0")
     if not 0 <= hp.min_lr_ratio <= 1:

@@ -51,6 +51,20 @@ class Ranks:
         """Every rank's rows concatenated in rank order: [world * n, ...] (equal n on all ranks)."""
         return self.gather(value).flatten(0, 1)
 
+    def cat_varying(self, value: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """Every rank's rows concatenated in rank order, when the ranks hold different numbers of rows
+        (e.g. their loss tokens): ``(rows of all ranks, index of this rank's first row in them)``."""
+        if self.world_size <= 1:
+            return value, 0
+        counts = self.gather(torch.tensor([value.shape[0]], device=value.device)).flatten().tolist()
+        if max(counts) == 0:
+            return value, 0
+        padded = value.new_zeros((max(counts), *value.shape[1:]))
+        padded[: value.shape[0]] = value
+        gathered = self.gather(padded)  # [world, max rows, ...]
+        rank = int(self.trainer.global_rank)
+        return torch.cat([gathered[r, :n] for r, n in enumerate(counts)]), sum(counts[:rank])
+
     def max(self, value: torch.Tensor) -> torch.Tensor:
         """Element-wise maximum over ranks."""
         return self.gather(value).amax(0)

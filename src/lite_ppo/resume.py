@@ -19,8 +19,11 @@ Refused (everything else, e.g. ``model_path``, ``lr``, ``lr_schedule``, ``warmup
 with the old values; continuing with new ones would mix two runs. Start a new run from the checkpoint's weights instead
 (``lite-ppo export-hf`` and ``model.model_path``).
 
-Technique, rollout and data settings live in the config, not in the module's hyper-parameters:
-the resumed run uses the values it is given.
+Techniques (the ``Technique`` callbacks under ``trainer.callbacks``) are applied as given: the
+checkpoint records each one's class and settings (:func:`technique_settings`), and a resumed run
+that adds, removes or re-configures one lists the changes (:func:`technique_differences`) rather
+than changing the objective without notice. Rollout and data settings live in the config: the
+resumed run uses the values it is given.
 
 Example:
     >>> resume_differences({"lr": 1e-6, "clip_eps": 0.2}, {"lr": 1e-6, "clip_eps": 0.28})
@@ -32,12 +35,21 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lite_ppo.errors import UserError
 
-__all__ = ["APPLIED_ON_RESUME", "check_resume", "format_differences", "resume_differences", "saved_hyperparameters"]
+__all__ = [
+    "APPLIED_ON_RESUME",
+    "check_resume",
+    "format_differences",
+    "resume_differences",
+    "saved_hyperparameters",
+    "technique_differences",
+    "technique_settings",
+]
 
 APPLIED_ON_RESUME = frozenset(
     {
@@ -109,6 +121,51 @@ def saved_hyperparameters(path: str) -> dict[str, Any] | None:
         return None
     hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, Mapping) else None
     return dict(hparams) if hparams else None
+
+
+def technique_settings(techniques: Sequence[Any]) -> list[dict[str, Any]]:
+    """``[{"class": "lite_ppo.callbacks.clip_higher.ClipHigher", "settings": {"eps_high": 0.28, ...}}]``: each
+    technique's class and the values of its constructor's arguments (the attributes of the same name,
+    when they hold plain values), what a checkpoint stores to compare with at resume."""
+    out = []
+    for technique in techniques:
+        cls = type(technique)
+        names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+        settings = {n: getattr(technique, n) for n in names if _plain(getattr(technique, n, _MISSING))}
+        out.append({"class": f"{cls.__module__}.{cls.__qualname__}", "settings": settings})
+    return out
+
+
+def technique_differences(saved: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What changed between the techniques a checkpoint recorded and those of the resumed run, one
+    phrase each: ``added ClipHigher(eps_high=0.28)``, ``removed KLPenalty(coef=0.001)``,
+    ``AdvantageNormalization.std_scope batch → group``. Techniques are matched by class, in order."""
+    changes: list[str] = []
+    classes = list(dict.fromkeys([t["class"] for t in saved] + [t["class"] for t in current]))
+    for name in classes:
+        before = [dict(t.get("settings") or {}) for t in saved if t["class"] == name]
+        after = [dict(t.get("settings") or {}) for t in current if t["class"] == name]
+        short = name.rsplit(".", 1)[-1]
+        for old, new in zip(before, after):
+            for key in sorted(set(old) & set(new)):
+                if _normalized(old[key]) != _normalized(new[key]):
+                    changes.append(f"{short}.{key} {_show(old[key])} → {_show(new[key])}")
+        changes += [f"removed {_call(short, old)}" for old in before[len(after) :]]
+        changes += [f"added {_call(short, new)}" for new in after[len(before) :]]
+    return changes
+
+
+_MISSING = object()
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _call(name: str, settings: Mapping[str, Any]) -> str:
+    return f"{name}({', '.join(f'{k}={_show(v)}' for k, v in settings.items())})"
 
 
 def _normalized(value: Any) -> Any:

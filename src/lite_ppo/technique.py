@@ -19,6 +19,9 @@ Order within one training step::
                        loss_mask           (returns a mask [B, R]; masks multiply; e.g. overlong filter)
                        old log-probs ->    token_weights  (returns weights [B, R]; weights multiply;
                                                            e.g. an importance-sampling correction)
+                                           ->    policy_mask    (returns a mask [B, R] of the tokens the
+                                                           policy loss is averaged over; masks multiply;
+                                                           e.g. the high-entropy tokens)
                        then for every micro-batch of every mini-batch:
                            extra_loss_terms (returns per-token terms [b, R], added to the loss)
                        observe_old_logprobs (read-only: every old log-prob, e.g. drift diagnostics)
@@ -26,9 +29,11 @@ Order within one training step::
 
 Old log-probs: by default (``model.old_logprobs: reuse_first``) the first mini-batch takes its old
 log-probs from its own forward pass (the policy has not moved yet, so they are exact), and only the
-other rows get a separate no-gradient pass. ``token_weights`` needs every old log-prob before the
-first optimizer step, so a technique that overrides it makes the module compute them all first
-(``recompute``); a technique that only reads them uses ``observe_old_logprobs``, which costs nothing.
+other rows get a separate no-gradient pass. ``token_weights`` and ``policy_mask`` need every old
+log-prob before the first optimizer step, so a technique that overrides one makes the module compute
+them all first (``recompute``); a technique that only reads them uses ``observe_old_logprobs``, which
+costs nothing. A technique that sets :attr:`Technique.needs_old_entropy` also gets
+``batch.old_entropy``, each token's entropy under pi_old, from that same pass.
 
 ``configure_loss`` runs once, at fit start (clip range, aggregation, ...). Scalars a technique wants
 on TensorBoard go into the step's :class:`~lite_ppo.step_metrics.StepMetrics` (the ``metrics``
@@ -49,6 +54,7 @@ import torch
 from lightning.pytorch import Callback
 
 from lite_ppo.errors import UserError
+from lite_ppo.ops.policy_objectives import POLICY_OBJECTIVES, policy_objective
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.step_metrics import StepMetrics
 
@@ -56,28 +62,39 @@ if TYPE_CHECKING:  # pragma: no cover
     from lightning.pytorch import LightningModule, Trainer
 
 
-AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 
 @dataclass
 class PolicyLossConfig:
-    """What the clipped surrogate and its aggregation use. Techniques set fields in
+    """What the policy objective and its aggregation use. Techniques set fields in
     ``configure_loss`` (at fit start); two techniques setting the same field is a configuration error.
 
-    - ``clip_low`` / ``clip_high``: the clip range [1 - clip_low, 1 + clip_high] (docs/method.md).
+    - ``clip_low`` / ``clip_high``: the ``ppo_clip`` range [1 - clip_low, 1 + clip_high] (docs/method.md).
       Both start at the module's ``clip_eps``; a technique may widen the upper side, and the lower
       side has one source, ``model.clip_eps`` (:func:`build_loss_config` refuses a disagreement).
     - ``dual_clip``: constant c > 1 bounding the loss of negative-advantage tokens, or None.
-    - ``aggregation``: ``token-mean`` (L_tok), ``seq-mean-token-mean`` (L_seq) or
-      ``seq-mean-token-sum``.
+    - ``aggregation``: ``token-mean`` (L_tok), ``seq-mean-token-mean`` (L_seq), ``seq-mean-token-sum``
+      or ``seq-mean-token-sum-norm`` (Dr. GRPO; ``lite_ppo.ops.aggregation`` gives each normalizer).
+    - ``generation_budget``: the constant L_max of ``seq-mean-token-sum-norm`` (tokens), else None.
+    - ``objective``: the per-token policy loss, a name of ``lite_ppo.ops.POLICY_OBJECTIVES``:
+      ``ppo_clip`` (the default, the clipped surrogate with the clip fields above), ``gspo``,
+      ``gspo_token``, ``cispo``, ``sapo``. A technique that sets a clip field the chosen objective
+      does not read is refused at fit start.
+    - ``objective_args``: the other objectives' own parameters (keyword arguments of their function),
+      e.g. ``{"clip_low": 3e-4, "clip_high": 4e-4}`` for ``gspo``.
     """
 
     clip_low: float = 0.2
     clip_high: float = 0.2
     dual_clip: float | None = None
     aggregation: str = "token-mean"
+    generation_budget: int | None = None
+    objective: str = "ppo_clip"
+    objective_args: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
+        policy_objective(self.objective).check_args(self.objective_args)
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"unknown loss aggregation {self.aggregation!r}; choose one of {AGGREGATIONS}")
         if not 0 <= self.clip_low < 1:
@@ -86,6 +103,8 @@ class PolicyLossConfig:
             raise ValueError(f"clip_high must be >= 0, got {self.clip_high}")
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ValueError(f"dual_clip must be > 1, got {self.dual_clip}")
+        if self.aggregation == "seq-mean-token-sum-norm" and (self.generation_budget or 0) < 1:
+            raise ValueError(f"seq-mean-token-sum-norm needs a generation_budget >= 1, got {self.generation_budget}")
 
 
 @dataclass
@@ -99,6 +118,8 @@ class MiniBatchContext:
     - ``logits`` [b, R, V] (temperature-scaled, with gradients): computed on first use by one more
       forward pass, since the module scores tokens without keeping full-vocabulary logits; prefer
       ``logprobs`` / ``entropy`` when they suffice.
+    - ``rows`` [b]: the micro-batch's rows in this rank's training batch (the batch ``token_weights``
+      and ``policy_mask`` saw), so a technique can pick up what it decided per token before the update.
     """
 
     batch: RolloutBatch
@@ -106,6 +127,7 @@ class MiniBatchContext:
     entropy: torch.Tensor | None = None
     metrics: StepMetrics = field(default_factory=StepMetrics)
     compute_logits: Callable[[], torch.Tensor] | None = field(default=None, repr=False)
+    rows: torch.Tensor | None = None
 
     @cached_property
     def logits(self) -> torch.Tensor:
@@ -119,7 +141,8 @@ class UpdateStats:
     """What one training step's update measured, over all ranks (``on_update_end`` reads it).
 
     The typed fields are the quantities techniques and diagnostics reason about; ``scalars`` holds
-    every value the module logs this step, by TensorBoard tag (``lite_ppo.metric_names``).
+    every value the module logs this step, by TensorBoard tag (``lite_ppo.metric_names``). The clip
+    fields are the default ``ppo_clip`` objective's (0 under another, whose statistics are in ``scalars``).
     """
 
     policy_loss: float = 0.0
@@ -149,6 +172,16 @@ class Technique(Callback):
                 metrics.mean("length_penalty/mean", penalty.sum(), penalty.numel())
                 return -penalty
     """
+
+    #: Set True when a hook reads ``batch.old_entropy`` (each token's entropy under pi_old): the
+    #: module's no-gradient old-log-prob pass then computes it too (the same forward, a little more
+    #: work per token), and old log-probs are computed for all rows before the first optimizer step.
+    needs_old_entropy: bool = False
+    #: Set True when the technique's ``token_weights`` are meant to remove or scale single tokens'
+    #: gradients: it is refused at fit start with an objective whose token losses share a sequence
+    #: ratio (GSPO), where a weight only rescales a whole response and every token keeps its gradient.
+    #: (A ``policy_mask`` works there: the objective's ratio is then taken over the kept tokens.)
+    needs_token_level_objective: bool = False
 
     # -- rollout callback ------------------------------------------------------------------------
     def shape_rewards(
@@ -186,6 +219,18 @@ class Technique(Callback):
     ) -> torch.Tensor | None:
         """After ``batch.old_logprobs`` are computed, before the first optimizer step: return
         per-token weights [B, R] of the surrogate loss (multiplied with other techniques'), or None."""
+        return None
+
+    def policy_mask(
+        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
+    ) -> torch.Tensor | None:
+        """After ``token_weights``, before the first optimizer step: return a 0/1 mask [B, R] of the
+        tokens the policy loss is averaged over (masks multiply), or None for all of ``loss_mask``.
+
+        Unlike a weight of 0, a masked-out token also leaves the policy loss's denominator (token or
+        sequence count), so the loss is a mean over the selected tokens; ``extra_loss_terms`` and
+        the diagnostics keep ``loss_mask``.
+        """
         return None
 
     def observe_old_logprobs(
@@ -258,17 +303,23 @@ def overrides(technique: Technique, hook: str) -> bool:
     return getattr(type(technique), hook) is not getattr(Technique, hook)
 
 
+def needs_old_logprobs_up_front(technique: Technique) -> bool:
+    """Whether ``technique`` reads every old log-prob (or old entropy) before the first optimizer
+    step: it overrides ``token_weights`` or ``policy_mask``, or sets ``needs_old_entropy``."""
+    return technique.needs_old_entropy or overrides(technique, "token_weights") or overrides(technique, "policy_mask")
+
+
 def advantage_estimator(techniques: list[Technique]) -> Technique:
     """The single technique that computes advantages; a clear error for none or several."""
     found = [t for t in techniques if overrides(t, "compute_advantages")]
     if not found:
-        raise ValueError(
+        raise UserError(
             "no advantage estimator is configured: add one technique that computes advantages under "
             "trainer.callbacks, e.g. `class_path: lite_ppo.callbacks.AdvantageNormalization`"
         )
     if len(found) > 1:
         names = " and ".join(type(t).__name__ for t in found)
-        raise ValueError(f"conflicting techniques: {names} both compute advantages; keep exactly one")
+        raise UserError(f"conflicting techniques: {names} both compute advantages; keep exactly one")
     return found[0]
 
 
@@ -287,11 +338,50 @@ def build_loss_config(base: PolicyLossConfig, techniques: list[Technique]) -> Po
                     "(and leave the technique's lower clip null)"
                 )
             if name in owner:
-                raise ValueError(
+                raise UserError(
                     f"conflicting techniques: {owner[name]} and {type(t).__name__} both set the loss's {name!r}; "
                     "keep one"
                 )
             owner[name] = type(t).__name__
             setattr(config, name, value)
+    _check_objective_fields(config, owner)
+    _check_token_selection(config, owner, techniques)
     config.validate()
     return config
+
+
+def objective_kwargs(config: PolicyLossConfig) -> dict[str, Any]:
+    """The keyword arguments of the configured objective's function: the config fields it reads
+    (``ppo_clip``: the clip range) and ``objective_args``."""
+    objective = policy_objective(config.objective)
+    return {name: getattr(config, name) for name in objective.config_fields} | dict(config.objective_args)
+
+
+def _check_objective_fields(config: PolicyLossConfig, owner: dict[str, str]) -> None:
+    """A technique's setting that the chosen objective never reads would be silently dropped
+    (Clip-Higher's upper clip under GSPO): refuse it, naming both techniques."""
+    objective = policy_objective(config.objective)
+    own_fields = {f for o in POLICY_OBJECTIVES.values() for f in o.config_fields}
+    for name, setter in owner.items():
+        if name in own_fields and name not in objective.config_fields:
+            chooser = owner.get("objective", "the configuration")
+            raise UserError(
+                f"conflicting techniques: {setter} sets the loss's {name!r}, which the {config.objective!r} "
+                f"objective chosen by {chooser} does not use; keep one"
+            )
+
+
+def _check_token_selection(config: PolicyLossConfig, owner: dict[str, str], techniques: list[Technique]) -> None:
+    """A technique whose token weights act on single tokens' gradients
+    (``Technique.needs_token_level_objective``) is refused with an objective whose token losses share a
+    sequence ratio, naming both."""
+    if policy_objective(config.objective).token_level:
+        return
+    for t in techniques:
+        if t.needs_token_level_objective:
+            raise UserError(
+                f"conflicting techniques: {type(t).__name__} weights single tokens' policy gradients, but the "
+                f"{config.objective!r} objective chosen by {owner.get('objective', 'the configuration')} gives every "
+                "token of a response the gradient of one sequence ratio (a weight rescales the whole response); "
+                "keep one (or use gspo_token)"
+            )

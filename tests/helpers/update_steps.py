@@ -37,7 +37,7 @@ GRAD_RTOL = 40 * 768**0.5 * UNIT_ROUNDOFF * 1.5
 
 class FixedAdvantages(Technique):
     def compute_advantages(self, trainer, module, batch):
-        return ADVANTAGES.clone()
+        return ADVANTAGES.to(batch.rewards.device, copy=True)
 
 
 class Observe(Technique):
@@ -103,17 +103,23 @@ def batch(engine_shift: float | None = None, true_logprobs: torch.Tensor | None 
 
 
 def step(
-    model_path: str, rollout: RolloutBatch, extra: list[Technique] = (), optimizer: str = "adamw", **kwargs
+    model_path: str,
+    rollout: RolloutBatch,
+    extra: list[Technique] = (),
+    optimizer: str = "adamw",
+    accelerator: str = "cpu",
+    **kwargs,
 ) -> tuple[LitePPO, Observe]:
     """One training step (``num_mini_batches`` optimizer steps) at lr 1e-2, fixed advantages.
 
     ``optimizer``: ``adamw`` (the module's own) or ``sgd`` (:class:`SGDLitePPO`, for comparing weights).
+    ``accelerator``: Lightning's (``"gpu"`` for ``benchmarks/gpu_check.py``).
     """
     torch.manual_seed(0)
     cls = {"adamw": LitePPO, "sgd": SGDLitePPO}[optimizer]
     module = cls(**{"model_path": model_path, "lr": 1e-2, "max_grad_norm": None, "micro_batch_size": 3, **kwargs})
     observe = Observe()
-    fit_one_batch(module, rollout, [FixedAdvantages(), observe, *extra])
+    fit_one_batch(module, rollout, [FixedAdvantages(), observe, *extra], accelerator=accelerator)
     return module, observe
 
 

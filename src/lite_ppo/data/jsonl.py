@@ -135,7 +135,9 @@ def jsonl_records(path: str | os.PathLike[str]) -> Iterator[tuple[str, Any]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise DataFormatError(f"{where}: invalid JSON ({error.msg} at column {error.colno})") from None
+            # Some of json's messages end in "at" ("Unterminated string starting at"): the column completes them.
+            at = "" if error.msg.endswith(" at") else " at"
+            raise DataFormatError(f"{where}: invalid JSON ({error.msg}{at} column {error.colno})") from None
         found = True
         yield where, record
     if not found:

@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="response token limit (default: the config's rollout.eval_sampling, else its rollout.sampling, "
-        f"else {DEFAULT_MAX_NEW_TOKENS})",
+        f"else the builtin model's own, 32 for builtin:tiny-arith, else {DEFAULT_MAX_NEW_TOKENS})",
     )
     parser.add_argument(
         "--pass-k",
@@ -240,7 +240,8 @@ def rollout_from_args(args: argparse.Namespace):
 
 def sampling_from_args(args: argparse.Namespace, eval_sampling=None, sampling=None):
     """Command-line flags over the config's ``rollout.eval_sampling`` over greedy defaults (one
-    response, the config's training ``max_new_tokens``, else ``DEFAULT_MAX_NEW_TOKENS``)."""
+    response, the config's training ``max_new_tokens``, else the builtin model's own limit, else
+    ``DEFAULT_MAX_NEW_TOKENS``)."""
     from lite_ppo.errors import UserError
     from lite_ppo.rollout.engine import SamplingConfig
 
@@ -248,7 +249,9 @@ def sampling_from_args(args: argparse.Namespace, eval_sampling=None, sampling=No
         values = dataclasses.asdict(eval_sampling)
     else:
         # The Rollout callback's default: greedy, one response, the training response limit.
-        limit = sampling.max_new_tokens if sampling is not None else DEFAULT_MAX_NEW_TOKENS
+        limit = (
+            sampling.max_new_tokens if sampling is not None else builtin_max_new_tokens(getattr(args, "model", None))
+        )
         values = {"n": 1, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": limit, "greedy": True}
     for key in ("n", "temperature", "top_p", "top_k", "max_new_tokens"):
         value = getattr(args, key)
@@ -266,6 +269,14 @@ def sampling_from_args(args: argparse.Namespace, eval_sampling=None, sampling=No
         return SamplingConfig(**values)
     except ValueError as err:
         raise UserError(str(err)) from err
+
+
+def builtin_max_new_tokens(model: str | None) -> int:
+    """The response limit of a ``builtin:`` model (:attr:`Builtin.max_new_tokens`), else ``DEFAULT_MAX_NEW_TOKENS``."""
+    from lite_ppo.models.registry import BUILTIN_PREFIX, BUILTINS
+
+    builtin = BUILTINS.get(model[len(BUILTIN_PREFIX) :]) if model and model.startswith(BUILTIN_PREFIX) else None
+    return builtin.max_new_tokens if builtin is not None and builtin.max_new_tokens else DEFAULT_MAX_NEW_TOKENS
 
 
 # ------------------------------------------------------------------ the command

@@ -8,6 +8,7 @@ training path: the same prompt formatter, engine and ``MathVerifyReward``); metr
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -103,13 +104,22 @@ def evaluate_problems(
     producer.prepare(module)
     timing: dict[str, dict[str, float]] = {"engine_setup": {"wall_time_s": time.perf_counter() - start}}
     bar = tqdm(total=total, unit="problem", desc="evaluate", disable=not progress, dynamic_ncols=True)
+    # A batch can take minutes: the bar says what runs and its clock keeps ticking until the batch is done.
+    ticking = _Ticker(bar) if progress and sys.stderr.isatty() else None  # not a line a second into a log
     try:
         for spec, problems in benchmarks:
             start = time.perf_counter()
             generation_s, tokens, correct, seen = 0.0, 0, 0, 0
+            batches = -(-len(problems) // batch_size)
             for i in range(0, len(problems), batch_size):
                 chunk = problems[i : i + batch_size]
-                batch, timings = producer.produce(module, chunk, sampling, seed + i // batch_size)
+                where = f"{spec.display} batch {i // batch_size + 1}/{batches}"
+                so_far = f" acc={correct / seen:.3f}" if seen else ""
+
+                def show(phase: str, where: str = where, so_far: str = so_far) -> None:
+                    bar.set_postfix_str(f"{where}: {phase}{so_far}")
+
+                batch, timings = producer.produce(module, chunk, sampling, seed + i // batch_size, on_phase=show)
                 prompts = [producer.prompt.format(p.problem, module.tokenizer) for p in chunk] if keep_prompts else None
                 new = response_records(spec.name, chunk, batch, prompts)
                 metrics.update_rollout(spec.name, chunk, batch)
@@ -128,5 +138,27 @@ def evaluate_problems(
                 "tokens_per_s": tokens / generation_s if generation_s > 0 else 0.0,
             }
     finally:
+        if ticking is not None:
+            ticking.stop()
         bar.close()
     return metrics.compute(), records, timing
+
+
+class _Ticker:
+    """Redraws a tqdm bar every ``seconds`` from a daemon thread, so its elapsed time moves while one
+    long call (a batch's generation) runs; tqdm only redraws when it is updated."""
+
+    def __init__(self, bar, seconds: float = 1.0) -> None:
+        import threading
+
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(bar, seconds), daemon=True)
+        self._thread.start()
+
+    def _run(self, bar, seconds: float) -> None:
+        while not self._done.wait(seconds):
+            bar.refresh()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()

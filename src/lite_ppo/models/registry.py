@@ -45,12 +45,16 @@ class Builtin:
     """A model the project builds itself: ``build(folder)`` writes a loadable HF folder.
 
     ``preparing`` says, on the first use, what is being done (nothing else is on screen meanwhile).
+    ``max_new_tokens`` is the response limit that suits the model when no config gives one
+    (``lite-ppo evaluate --model builtin:...``): a tiny model writes ~25 tokens, and a general
+    default of 1,024 would make it generate for many minutes.
     """
 
     build: Callable[[str], str]
     version: int
     description: str
     preparing: str = "building it, once"
+    max_new_tokens: int | None = None
 
 
 BUILTINS: dict[str, Builtin] = {
@@ -58,17 +62,20 @@ BUILTINS: dict[str, Builtin] = {
         lambda path: build_tiny_model(path, seed=0, architecture="llama"),
         version=1,
         description="2-layer random Llama (head_dim 64) with a local BPE tokenizer, for tests",
+        max_new_tokens=32,
     ),
     "tiny-qwen3": Builtin(
         lambda path: build_tiny_model(path, seed=0, architecture="qwen3"),
         version=1,
         description="the same tiny model with the Qwen3 architecture",
+        max_new_tokens=32,
     ),
     "tiny-arith": Builtin(
         install_tiny_arith_model,
         version=2,  # 2: the shipped weights instead of a build on each machine
         description="the tiny Llama briefly pre-trained on easy arithmetic: right on some problems, the smoke model",
         preparing="copying the shipped weights and checking their checksum",
+        max_new_tokens=32,  # configs/models/tiny.yaml's limit: its working is ~25 tokens
     ),
     "smollm2-135m-instruct": Builtin(
         prepare_smollm2,

@@ -23,7 +23,13 @@ from lite_ppo.ops.packing import (
     packed_attention_mask,
     packed_lengths,
 )
-from lite_ppo.ops.policy_loss import clip_fractions, clipped_surrogate
+from lite_ppo.ops.policy_loss import clip_fractions, clipped_surrogate, ppo_clip
+from lite_ppo.ops.policy_objectives import (
+    POLICY_OBJECTIVES,
+    PolicyObjective,
+    policy_objective,
+    register_policy_objective,
+)
 from lite_ppo.ops.stats import masked_mean, masked_std, masked_sum
 
 __all__ = [
@@ -49,6 +55,11 @@ __all__ = [
     "aggregation_denominator",
     "clip_fractions",
     "clipped_surrogate",
+    "POLICY_OBJECTIVES",
+    "PolicyObjective",
+    "policy_objective",
+    "ppo_clip",
+    "register_policy_objective",
     "entropy_from_logits",
     "logprobs_from_logits",
     "masked_mean",

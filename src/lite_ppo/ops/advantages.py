@@ -24,6 +24,24 @@ from __future__ import annotations
 import torch
 
 SCOPES = ("group", "batch", "none")
+# (centre, scale) pairs whose centre lies within the scale's scope (a group lies within the batch).
+_NESTED_PAIRS = frozenset({("group", "group"), ("group", "batch"), ("batch", "batch")})
+
+
+def scale_vanishes_alone(mean_scope: str, std_scope: str) -> bool:
+    """True when the std can be 0 while ``r - centre`` is not, so A = (r - centre) / eps (~1e6).
+
+    A std over a scope is 0 exactly when every reward of that scope is equal. Only a centre taken
+    within the same scope (or a narrower one: a group lies within the batch) is then equal to those
+    rewards, so ``r - centre = 0`` too. A batch centre with a group std gives every all-correct or
+    all-wrong group |r - mean_batch| / eps; no centre (``none``) gives r / eps when the scale's scope
+    is all-correct. No bound would be right there, since the data hold no scale for that group.
+
+    Example:
+        >>> scale_vanishes_alone("batch", "group"), scale_vanishes_alone("group", "batch")
+        (True, False)
+    """
+    return std_scope != "none" and (mean_scope, std_scope) not in _NESTED_PAIRS
 
 
 def group_statistics(

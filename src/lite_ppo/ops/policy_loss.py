@@ -78,3 +78,36 @@ def clip_fractions(
     out["dual"] = (neg & (ratio > dual_clip)).sum() / n if dual_clip is not None else ratio.new_zeros(())
     out["total"] = out["upper"] + out["lower"]
     return out
+
+
+def ppo_clip(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+) -> tuple[torch.Tensor, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
+    """The ``ppo_clip`` policy objective (the default): :func:`clipped_surrogate` and its clip statistics.
+
+    Returns:
+        (loss [B, T], statistics {name: (total, count)}): ``fraction`` (share of loss tokens whose
+        gradient the clip removed), ``upper_of_positive`` (of A > 0 tokens), ``lower_of_negative``
+        (of A < 0 tokens) and, with a dual clip, ``dual_of_negative``; logged under ``clip/``.
+    """
+    loss, ratio = clipped_surrogate(logprobs, old_logprobs, advantages, clip_low, clip_high, dual_clip)
+    with torch.no_grad():
+        shares = clip_fractions(ratio, advantages, mask, clip_low, clip_high, dual_clip)
+        n = mask.sum()
+        signs = (advantages if advantages.dim() == 2 else advantages.unsqueeze(-1)).expand_as(mask)
+        positive, negative = ((signs > 0) * mask).sum(), ((signs < 0) * mask).sum()
+        # Counts (shares x n) over the token counts they are shares of, so micro-batches and ranks add up.
+        stats = {
+            "fraction": (shares["total"] * n, n),
+            "upper_of_positive": (shares["upper"] * n, positive),
+            "lower_of_negative": (shares["lower"] * n, negative),
+        }
+        if dual_clip is not None:
+            stats["dual_of_negative"] = (shares["dual"] * n, negative)
+    return loss, stats

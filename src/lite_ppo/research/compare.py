@@ -1,18 +1,28 @@
-"""``lite-ppo compare RUN_OR_GLOB... --out DIR``: paper-style figures and a seed-aggregated summary.
+"""``lite-ppo compare RUN_OR_GLOB... --out DIR``: paper-style figures and a seed-aggregated summary with
+confidence intervals, pairwise tests and factorial effects.
 
 Reads the TensorBoard event files of the given runs, groups the runs that differ only in their seed
 (:mod:`lite_ppo.research.runs`), and writes into ``DIR``:
 
-- ``overview.png`` (one panel per key quantity) and ``<quantity>.png`` (one per quantity);
+- ``overview.png`` (one panel per key quantity) and ``<quantity>.png`` (one per quantity), over
+  training steps or over the compute spent (``--x tokens|seconds``, :mod:`lite_ppo.research.compute_axis`);
 - ``summary.md`` / ``summary.json``: per group, final and best value of each quantity as mean ± std
-  over seeds with n, and the steps until training accuracy reached 50 % / 90 % of its final value.
+  with the 95 % CI over seeds and n, the compute per run, the held-out score under the checkpoint rule
+  (``--checkpoint last|best``, :mod:`lite_ppo.research.scores`) with every pair of groups compared
+  (difference, Welch CI and p-value), the main effects and interactions of a ``sweep --factor`` grid
+  (:mod:`lite_ppo.research.factorial`), and the steps until training accuracy reached 50 % / 90 % of
+  its final value.
 
 Runs of different lengths, quantities some runs never logged and runs still being written are fine.
+A run whose event files hold no readable record (damaged, empty, not TensorBoard files) is left out
+and named (``summary.json``'s ``unreadable``); when no run is readable, compare fails (exit 2).
 
 Example::
 
     lite-ppo compare 'runs/*/smollm2-135m-instruct/seed*' --out cmp
-    lite-ppo compare runs/lite_ppo runs/grpo --out cmp --band std
+    lite-ppo compare runs/lite_ppo runs/grpo runs/dapo --out cmp --x tokens
+    lite-ppo compare runs/ablation --out cmp --checkpoint best --select-on 'val/*/accuracy' \\
+        --score eval/average/accuracy
 """
 
 from __future__ import annotations
@@ -23,27 +33,64 @@ import sys
 from pathlib import Path
 
 from lite_ppo.errors import UserError
-from lite_ppo.research.figures import plot_comparison
+from lite_ppo.research.compute_axis import AXES, cumulative
+from lite_ppo.research.figures import BAND_TEXT, plot_comparison
 from lite_ppo.research.quantities import quantities_for
 from lite_ppo.research.runs import RunGroup, find_runs, group_runs
-from lite_ppo.research.scalars import ScalarTable, read_many
+from lite_ppo.research.scalars import ScalarTable, has_events, read_many
+from lite_ppo.research.scores import POOLED_VAL, CheckpointRule, default_score, score_series
 from lite_ppo.research.summary import summarize, summary_markdown
 
 __all__ = ["compare", "main"]
 
 
-def compare(patterns: list[str], out_dir: Path, band: str = "minmax", jobs: int | None = None) -> dict:
+def _check_logged(option: str, tag: str | None, tables: dict[Path, ScalarTable]) -> None:
+    if tag is not None and not any(score_series(table, tag) is not None for table in tables.values()):
+        raise UserError(f"{option} {tag}: no run logged it (held-out accuracies: val/<tier>/accuracy, eval/...)")
+
+
+def compare(
+    patterns: list[str],
+    out_dir: Path,
+    band: str = "ci",
+    jobs: int | None = None,
+    x: str = "step",
+    checkpoint: str = "last",
+    score: str | None = None,
+    select_on: str = POOLED_VAL,
+) -> dict:
     """Run the whole comparison; returns the summary (as written to ``summary.json``)."""
+    if x not in AXES:
+        raise UserError(f"--x {x!r}: expected one of {', '.join(AXES)}")
     runs = find_runs(patterns)
     tables: dict[Path, ScalarTable] = read_many([run.path for run in runs], jobs)
+    # A run without a single scalar may have just started; one without a single record is unreadable.
+    unreadable = [run.path for run in runs if not tables[run.path] and not has_events(run.path)]
+    if len(unreadable) == len(runs):
+        raise UserError(
+            f"none of the {len(runs)} runs has a readable TensorBoard event file (damaged, empty or not "
+            f"TensorBoard files): {', '.join(map(str, unreadable))}"
+        )
+    runs = [run for run in runs if run.path not in unreadable]
+    tables = {path: table for path, table in tables.items() if path not in unreadable}
     groups: list[RunGroup] = group_runs(runs)
     all_tags = {tag for table in tables.values() for tag in table}
     quantities = quantities_for(all_tags)
+    axis = AXES[x]
+    cums = {path: cumulative(table, axis, path) for path, table in tables.items()}
+    _check_logged("--score", score, tables)
+    rule = CheckpointRule(checkpoint, score or default_score(all_tags), select_on)  # type: ignore[arg-type]
+    if checkpoint == "best":
+        _check_logged("--select-on", select_on, tables)
     out_dir.mkdir(parents=True, exist_ok=True)
-    figures = plot_comparison(groups, tables, quantities, out_dir, band=band)  # type: ignore[arg-type]
-    summary = summarize(groups, tables, quantities)
+    figures = plot_comparison(groups, tables, quantities, out_dir, band=band, axis=axis, cums=cums)  # type: ignore[arg-type]
+    summary = summarize(groups, tables, quantities, rule)
     summary["figures"] = [p.name for p in figures]
     summary["band"] = band
+    summary["unreadable"] = [str(path) for path in unreadable]
+    summary["band_text"] = BAND_TEXT[band]
+    summary["x"] = axis.name
+    summary["x_label"] = axis.label
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     markdown = summary_markdown(summary)
     if figures:
@@ -52,7 +99,7 @@ def compare(patterns: list[str], out_dir: Path, band: str = "minmax", jobs: int 
     return summary
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lite-ppo compare",
         description=__doc__.split("\n\n")[0].replace("``", ""),
@@ -65,15 +112,54 @@ def main(argv: list[str]) -> int:
         "--out", required=True, type=Path, help="folder for the PNG figures, summary.md and summary.json"
     )
     parser.add_argument(
-        "--band", choices=("minmax", "std"), default="minmax", help="spread drawn around the mean over seeds"
+        "--x",
+        choices=tuple(AXES),
+        default="step",
+        help="x-axis of the figures: training steps, cumulative generated tokens or training seconds (default step)",
+    )
+    parser.add_argument(
+        "--band",
+        choices=("ci", "minmax", "std"),
+        default="ci",
+        help="spread drawn around the mean over seeds: 95%% CI of the mean (default), min-max or ±1 std",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        choices=("last", "best"),
+        default="last",
+        help="which evaluation gives a run's score: its last, or the best on --select-on (default last)",
+    )
+    parser.add_argument(
+        "--score",
+        default=None,
+        metavar="TAG",
+        help="held-out score (default eval/average/accuracy if logged, else val/*/accuracy: the tiers pooled)",
+    )
+    parser.add_argument(
+        "--select-on",
+        default=POOLED_VAL,
+        metavar="TAG",
+        help=f"held-out split that picks the best evaluation, disjoint from --score (default {POOLED_VAL})",
     )
     parser.add_argument("--jobs", type=int, default=None, help="runs read in parallel (default: CPUs, at most 8)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     try:
-        summary = compare(args.runs, args.out, args.band, args.jobs)
+        summary = compare(
+            args.runs, args.out, args.band, args.jobs, args.x, args.checkpoint, args.score, args.select_on
+        )
     except UserError as err:
         print(f"lite-ppo compare: error: {err}", file=sys.stderr)
         return 2
+    if summary["unreadable"]:
+        print(
+            f"lite-ppo compare: warning: left out {len(summary['unreadable'])} runs whose event files could not be "
+            f"read (damaged, empty or not TensorBoard files): {', '.join(summary['unreadable'])}",
+            file=sys.stderr,
+        )
     n_runs = sum(len(g["runs"]) for g in summary["groups"])
     print(
         f"compared {n_runs} runs in {len(summary['groups'])} groups: "
@@ -83,6 +169,8 @@ def main(argv: list[str]) -> int:
         seeds = [s for s in group["seeds"] if s is not None]
         if len(seeds) != len(set(seeds)):
             print(f"note: group {group['label']} holds several runs with the same seed: {group['runs']}")
+    for note in summary["notes"]:
+        print(f"note: {note}")
     print(f"figures and summary in {args.out}/ ({len(summary['figures'])} PNG, summary.md, summary.json)")
     return 0
 

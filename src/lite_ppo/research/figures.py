@@ -1,11 +1,19 @@
-"""Paper-style comparison figures: one panel per quantity over training steps, per group of seeds
-a mean line with a min–max (or ±std) band, one colour per recipe in every panel.
+"""Paper-style comparison figures: one panel per quantity over training steps (or over the compute
+spent: cumulative generated tokens or training seconds), per group of seeds a mean line with a band
+(95 % confidence interval of the mean by default, or min–max, or ±std), one colour per recipe (per
+factorial cell in a ``sweep --factor`` comparison) in every panel.
 
 The look follows the training-curve figures of Liu et al., "Tricks or Traps? A Deep Dive into RL
-for LLM Reasoning" (arXiv 2508.08221): thin mean lines over steps, shaded spread across seeds, light
-grid, legend naming the recipes. Runs of different lengths are averaged over the runs that reached
-each step (the band narrows to the surviving runs); a group that never logged a quantity has no
-line in its panel, and a quantity no group logged has no panel.
+for LLM Reasoning" (arXiv 2508.08221): thin mean lines, shaded spread across seeds, light grid,
+legend naming the recipes. Runs of different lengths are averaged over the runs that reached each
+step (the band narrows to the surviving runs); a group that never logged a quantity has no line in
+its panel, and a quantity no group logged has no panel.
+
+Aggregation is per step: at each step, the mean over the seeds that logged it, drawn at the seeds'
+mean x (the same step, or their mean compute at that step). Held-out accuracies, logged only at
+validations, are points with vertical error bars (the band's interval) and, on a compute axis,
+horizontal bars spanning the seeds' x; every panel spans the whole run (0 to the largest x), so an
+evaluation after training sits at the end of the axis, not alone in the middle of it.
 
 Example:
     >>> paths = plot_comparison(groups, tables, quantities, Path("cmp"))  # doctest: +SKIP
@@ -26,87 +34,166 @@ matplotlib.use("Agg")  # files only; no display on clusters or CI
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
+from scipy import stats  # noqa: E402
 
+from lite_ppo.research.compute_axis import AXES, Axis, x_at  # noqa: E402
 from lite_ppo.research.quantities import Quantity  # noqa: E402
 from lite_ppo.research.runs import RunGroup  # noqa: E402
 from lite_ppo.research.scalars import ScalarTable, Series  # noqa: E402
+from lite_ppo.research.stats import CONFIDENCE  # noqa: E402
 
-__all__ = ["OVERVIEW_FILE", "aggregate", "plot_comparison", "recipe_colours"]
+__all__ = ["BAND_TEXT", "OVERVIEW_FILE", "aggregate", "aggregate_xy", "colour_key", "plot_comparison", "recipe_colours"]
 
 OVERVIEW_FILE = "overview.png"
 _LINESTYLES = ("-", "--", ":", "-.")
-Band = Literal["minmax", "std"]
+Band = Literal["ci", "minmax", "std"]
+BAND_TEXT = {"ci": f"{CONFIDENCE:.0%} CI of the mean (t)", "minmax": "min–max", "std": "±1 std"}
+
+
+def colour_key(group: RunGroup) -> str:
+    """What a colour stands for: the recipe, and the factorial cell for runs of ``sweep --factor``
+    (whose cells share one recipe); groups with the same key differ in line style."""
+    cell = group.runs[0].cell if group.runs else {}
+    return group.recipe + (" [" + ", ".join(f"{k}={v}" for k, v in cell.items()) + "]" if cell else "")
 
 
 def recipe_colours(groups: list[RunGroup]) -> dict[str, str]:
-    """One colour per recipe (sorted by name), the same in every panel and figure of a comparison."""
+    """One colour per recipe (per recipe and cell in a factorial sweep), sorted by name, the same in
+    every panel and figure of a comparison."""
     palette = plt.get_cmap("tab10").colors
-    recipes = sorted({g.recipe for g in groups})
-    return {r: matplotlib.colors.to_hex(palette[i % len(palette)]) for i, r in enumerate(recipes)}
+    keys = sorted({colour_key(g) for g in groups})
+    return {k: matplotlib.colors.to_hex(palette[i % len(palette)]) for i, k in enumerate(keys)}
+
+
+def _grid(series: list[Series], steps: np.ndarray, values: list[np.ndarray]) -> np.ndarray:
+    """Runs x steps, NaN where a run did not log a step."""
+    grid = np.full((len(series), steps.size), np.nan)
+    for i, (s, v) in enumerate(zip(series, values)):
+        grid[i, np.searchsorted(steps, s.steps)] = v
+    return grid
+
+
+def _band(grid: np.ndarray, band: Band) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per column (step): mean over the runs present, and the band's low and high."""
+    present = np.isfinite(grid)
+    count = present.sum(axis=0)
+    mean = np.where(count > 0, np.nansum(grid, axis=0) / np.maximum(count, 1), np.nan)
+    if band == "minmax":
+        return mean, np.where(present, grid, np.inf).min(axis=0), np.where(present, grid, -np.inf).max(axis=0)
+    sq = np.nansum((grid - mean) ** 2, axis=0)
+    std = np.where(count > 1, np.sqrt(sq / np.maximum(count - 1, 1)), 0.0)
+    if band == "std":
+        return mean, mean - std, mean + std
+    # ci: mean ± t(1 - (1 - c) / 2, n - 1) · s / √n, the interval of lite_ppo.research.stats.mean_ci
+    t = stats.t.ppf(0.5 + CONFIDENCE / 2, np.maximum(count - 1, 1))
+    half = np.where(count > 1, t * std / np.sqrt(np.maximum(count, 1)), 0.0)
+    return mean, mean - half, mean + half
 
 
 def aggregate(series: list[Series], band: Band = "minmax") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Over the union of steps: (steps, mean, low, high) across the runs that logged each step;
-    the band is min–max, or mean ± sample std (zero width where one run remains)."""
+    the band is min–max, mean ± sample std, or the 95 % t-interval of the mean (zero width where one
+    run remains)."""
     steps = np.unique(np.concatenate([s.steps for s in series]))
-    grid = np.full((len(series), steps.size), np.nan)
-    for i, s in enumerate(series):
-        grid[i, np.searchsorted(steps, s.steps)] = s.values
-    present = np.isfinite(grid)
-    count = present.sum(axis=0)
-    mean = np.where(count > 0, np.nansum(grid, axis=0) / np.maximum(count, 1), np.nan)
-    if band == "std":
-        sq = np.nansum((grid - mean) ** 2, axis=0)
-        std = np.where(count > 1, np.sqrt(sq / np.maximum(count - 1, 1)), 0.0)
-        return steps, mean, mean - std, mean + std
-    filled_low = np.where(present, grid, np.inf).min(axis=0)
-    filled_high = np.where(present, grid, -np.inf).max(axis=0)
-    return steps, mean, filled_low, filled_high
+    mean, low, high = _band(_grid(series, steps, [s.values for s in series]), band)
+    return steps, mean, low, high
+
+
+def aggregate_xy(
+    series: list[Series], xs: list[np.ndarray], band: Band = "ci"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Like :func:`aggregate`, with each run's x per logged step (``xs``): (x mean, x min, x max, mean,
+    low, high) per step, over the runs that logged it; steps with no finite x are left out."""
+    steps = np.unique(np.concatenate([s.steps for s in series]))
+    grid = _grid(series, steps, [s.values for s in series])
+    xgrid = _grid(series, steps, xs)
+    grid[~np.isfinite(xgrid)] = np.nan  # a point past the run's compute record has no x
+    xgrid[~np.isfinite(grid)] = np.nan
+    keep = np.isfinite(grid).any(axis=0)
+    grid, xgrid = grid[:, keep], xgrid[:, keep]
+    mean, low, high = _band(grid, band)
+    x_mean, x_low, x_high = _band(xgrid, "minmax")
+    return x_mean, x_low, x_high, mean, low, high
 
 
 def _draw(
-    ax, quantity: Quantity, groups: list[RunGroup], tables: dict[Path, ScalarTable], colours: dict[str, str], band: Band
+    ax,
+    quantity: Quantity,
+    groups: list[RunGroup],
+    tables: dict[Path, ScalarTable],
+    colours: dict[str, str],
+    band: Band,
+    axis: Axis,
+    cums: dict[Path, np.ndarray | None],
 ) -> bool:
     """Draw one panel; False when no group logged the quantity."""
     drawn = False
     styles: dict[str, int] = {}
     scale = 100.0 if quantity.share else 1.0
     for group in groups:
-        series = [
-            t.finite()
-            for t in (tables[r.path].get(quantity.tag) for r in group.runs)
-            if t is not None and len(t.finite())
-        ]
-        style = _LINESTYLES[styles.setdefault(group.recipe, 0) % len(_LINESTYLES)]
-        styles[group.recipe] += 1
-        if not series:
+        logged = [(r.path, tables[r.path].get(quantity.tag)) for r in group.runs]
+        logged = [(path, s.finite()) for path, s in logged if s is not None and len(s.finite())]
+        key = colour_key(group)
+        style = _LINESTYLES[styles.setdefault(key, 0) % len(_LINESTYLES)]
+        styles[key] += 1
+        if not logged:
             continue
-        steps, mean, low, high = aggregate(series, band)
-        colour = colours[group.recipe]
+        series = [s for _, s in logged]
+        xs = [x_at(s.steps, cums.get(path)) for path, s in logged]
+        x, x_low, x_high, mean, low, high = aggregate_xy(series, xs, band)
+        if not x.size:
+            continue
+        colour = colours[key]
         label = f"{group.label} (n={len(series)})"
-        if steps.size == 1:
+        if quantity.evaluation or x.size == 1:
+            xerr = [x - x_low, x_high - x] if axis.per_step_tag is not None and np.any(x_high > x_low) else None
             ax.errorbar(
-                steps,
+                x,
                 mean * scale,
-                yerr=[[(mean - low)[0] * scale], [(high - mean)[0] * scale]],
-                fmt="o",
+                yerr=[(mean - low) * scale, (high - mean) * scale],
+                xerr=xerr,
+                marker="o",
+                markersize=4,
+                linestyle=style if x.size > 1 else "none",
+                linewidth=0.9,
                 color=colour,
                 label=label,
                 capsize=3,
             )
         else:
-            ax.plot(steps, mean * scale, color=colour, linestyle=style, linewidth=1.6, label=label)
+            ax.plot(x, mean * scale, color=colour, linestyle=style, linewidth=1.6, label=label)
             if len(series) > 1:
-                ax.fill_between(steps, low * scale, high * scale, color=colour, alpha=0.2, linewidth=0)
+                ax.fill_between(x, low * scale, high * scale, color=colour, alpha=0.2, linewidth=0)
         drawn = True
     if drawn:
         ax.set_title(quantity.title, fontsize=10)
-        ax.set_xlabel("training step (rollout batches)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(axis.label)
+        if axis.per_step_tag is None:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(quantity.axis_label)
         ax.grid(True, alpha=0.3, linewidth=0.6)
         ax.tick_params(labelsize=8)
     return drawn
+
+
+def _x_range(groups: list[RunGroup], tables: dict[Path, ScalarTable], quantities: list[Quantity], cums) -> float:
+    """The largest x any drawn point has (every panel spans 0 to it)."""
+    top = 0.0
+    for group in groups:
+        for run in group.runs:
+            for q in quantities:
+                s = tables[run.path].get(q.tag)
+                if s is not None and len(s.finite()):
+                    x = x_at(s.finite().steps, cums.get(run.path))
+                    if np.isfinite(x).any():
+                        top = max(top, float(np.nanmax(x)))
+    return top
+
+
+def _span_axis(ax, top: float) -> None:
+    if top > 0:
+        margin = 0.03 * top
+        ax.set_xlim(-margin, top + margin)
 
 
 def plot_comparison(
@@ -114,12 +201,16 @@ def plot_comparison(
     tables: dict[Path, ScalarTable],
     quantities: list[Quantity],
     out_dir: Path,
-    band: Band = "minmax",
+    band: Band = "ci",
     dpi: int = 120,
+    axis: Axis = AXES["step"],
+    cums: dict[Path, np.ndarray | None] | None = None,
 ) -> list[Path]:
     """Write ``overview.png`` (all panels) and one ``<tag>.png`` per quantity that some group logged;
-    return the written paths (overview first)."""
+    return the written paths (overview first). ``cums``: each run's cumulative compute per step
+    (:func:`lite_ppo.research.compute_axis.cumulative`), needed for a compute ``axis``."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    cums = cums or {}
     colours = recipe_colours(groups)
     present = [
         q
@@ -129,12 +220,13 @@ def plot_comparison(
     written: list[Path] = []
     if not present:
         return written
-    band_text = "min–max" if band == "minmax" else "±1 std"
+    top = _x_range(groups, tables, present, cums)
     cols = min(4, len(present))
     rows = math.ceil(len(present) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows + 0.8), squeeze=False)
     for ax, quantity in zip(axes.flat, present):
-        _draw(ax, quantity, groups, tables, colours, band)
+        if _draw(ax, quantity, groups, tables, colours, band, axis, cums):
+            _span_axis(ax, top)
     for ax in list(axes.flat)[len(present) :]:
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
@@ -144,7 +236,7 @@ def plot_comparison(
                 handles.append(h)
                 labels.append(lab)
     fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), fontsize=8, frameon=False)
-    fig.suptitle(f"Mean over seeds, shaded: {band_text}", fontsize=10)
+    fig.suptitle(f"Mean over seeds, shaded / bars: {BAND_TEXT[band]}", fontsize=10)
     fig.tight_layout(rect=(0, 0.06 + 0.02 * math.ceil(len(labels) / 4), 1, 0.97))
     overview = out_dir / OVERVIEW_FILE
     fig.savefig(overview, dpi=dpi)
@@ -152,7 +244,8 @@ def plot_comparison(
     written.append(overview)
     for quantity in present:
         fig, ax = plt.subplots(figsize=(5.0, 3.6))
-        _draw(ax, quantity, groups, tables, colours, band)
+        _draw(ax, quantity, groups, tables, colours, band, axis, cums)
+        _span_axis(ax, top)
         ax.legend(fontsize=7, frameon=False)
         fig.tight_layout()
         path = out_dir / f"{quantity.slug}.png"

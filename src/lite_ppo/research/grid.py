@@ -1,9 +1,12 @@
-"""The grid of a sweep: recipes x seeds x config axes x override axes, each point one ``fit`` command.
+"""The grid of a sweep: recipes x seeds x factors x config axes x override axes, each point one ``fit`` command.
 
-A point's ``sweep_key`` (a hash of its recipe, configs, overrides and seed) is passed to the run
+A point's ``sweep_key`` (a hash of its recipe, configs, overrides, cell and seed) is passed to the run
 (``--run_record.sweep_key``) and lands in its ``run.json``; that is how a later sweep recognises a
-point that already finished. Points with config or override variants write under
-``<out>/<variant>/`` so that ``<recipe>/<model>/seed<S>`` stays unique per variant.
+point that already finished. Points with factor, config or override variants write under
+``<out>/<variant>/`` (``norm=batch_std_agg=token``) so that ``<recipe>/<model>/seed<S>`` stays unique
+per variant. A factorial point (:mod:`lite_ppo.research.factors`) gets its cell's merged fragments as
+one more config (inline JSON, after the recipe and configs) and passes its cell and the design to the
+run (``--run_record.cell``, ``--run_record.factors``), which ``lite-ppo compare`` reads back.
 
 Example:
     >>> points = expand_grid(["configs/recipes/lite_ppo.yaml"], [0, 1], grid_overrides=["model.lr=1e-5,1e-6"])
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lite_ppo.errors import UserError
+from lite_ppo.research.factors import cell_config, parse_factor
 
 __all__ = ["GridPoint", "expand_grid", "parse_axis"]
 
@@ -39,13 +43,15 @@ class GridPoint:
     overrides: tuple[str, ...] = ()  # ``--key=value`` arguments, common ones first
     variant: str = ""  # the config/override axis values, as a folder name ("" without axes)
     extra: tuple[str, ...] = field(default=(), compare=False)
+    cell: tuple[tuple[str, str], ...] = ()  # (factor, level) of a factorial sweep
+    design: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (factor, levels) of the whole sweep
 
     @property
     def sweep_key(self) -> str:
-        content = json.dumps(
-            {"recipe": self.recipe, "configs": self.configs, "overrides": self.overrides, "seed": self.seed},
-            sort_keys=True,
-        )
+        key = {"recipe": self.recipe, "configs": self.configs, "overrides": self.overrides, "seed": self.seed}
+        if self.cell:  # only then, so the keys of sweeps without factors stay what they were
+            key["cell"] = self.cell
+        content = json.dumps(key, sort_keys=True)
         return hashlib.sha1(content.encode()).hexdigest()[:16]
 
     @property
@@ -71,6 +77,11 @@ class GridPoint:
             f"--trainer.logger.init_args.save_dir={self.save_dir(out)}",
             f"--run_record.sweep_key={self.sweep_key}",
         ]
+        if self.cell:
+            args += [
+                f"--run_record.cell={json.dumps(dict(self.cell))}",
+                f"--run_record.factors={json.dumps({name: list(levels) for name, levels in self.design})}",
+            ]
         return args
 
     def command(self, out: Path, python: str | None = None) -> list[str]:
@@ -94,11 +105,13 @@ def expand_grid(
     grid_configs: list[str] | None = None,
     grid_overrides: list[str] | None = None,
     overrides: list[str] | None = None,
+    factors: list[str] | None = None,
 ) -> list[GridPoint]:
     """Every combination, recipe-major then variants then seeds.
 
-    ``configs``/``overrides`` apply to every run; each ``grid_configs`` entry (``a.yaml,b.yaml``) and
-    each ``grid_overrides`` entry (``KEY=V1,V2``) is one more axis of the grid.
+    ``configs``/``overrides`` apply to every run; each ``factors`` entry
+    (``NAME=LEVEL:FRAGMENT.yaml,...``), each ``grid_configs`` entry (``a.yaml,b.yaml``) and each
+    ``grid_overrides`` entry (``KEY=V1,V2``) is one more axis of the grid.
     """
     if not recipes:
         raise UserError("lite-ppo sweep: give at least one --recipe")
@@ -107,6 +120,10 @@ def expand_grid(
     for path in [*recipes, *(configs or [])] + [c for axis in (grid_configs or []) for c in axis.split(",") if c]:
         if not Path(path).is_file():
             raise UserError(f"lite-ppo sweep: config file {path!r} does not exist")
+    parsed = [parse_factor(text) for text in factors or []]
+    if len({f.name for f in parsed}) != len(parsed):
+        raise UserError("lite-ppo sweep: two --factor options share a name")
+    design = tuple((f.name, tuple(f.level_names)) for f in parsed)
     axes: list[list[tuple[str, str | None, str | None]]] = []  # per axis: (slug, config, override)
     for axis in grid_configs or []:
         axes.append([(Path(c).stem, c, None) for c in axis.split(",") if c])
@@ -116,10 +133,19 @@ def expand_grid(
     common_overrides = tuple(overrides or [])
     points = []
     for recipe in recipes:
-        for combo in itertools.product(*axes) if axes else [()]:
-            variant = "_".join(_UNSAFE.sub("_", slug) for slug, _, _ in combo)
-            point_configs = tuple(configs or []) + tuple(c for _, c, _ in combo if c)
-            point_overrides = common_overrides + tuple(o for _, _, o in combo if o)
-            for seed in seeds:
-                points.append(GridPoint(recipe, int(seed), point_configs, point_overrides, variant))
+        for cell in itertools.product(*(f.levels for f in parsed)):
+            for combo in itertools.product(*axes) if axes else [()]:
+                slugs = [f"{f.name}={level.name}" for f, level in zip(parsed, cell)] + [slug for slug, _, _ in combo]
+                variant = "_".join(_UNSAFE.sub("_", slug) for slug in slugs)
+                point_configs = tuple(configs or []) + tuple(c for _, c, _ in combo if c)
+                fragments = [level.fragment for level in cell if level.fragment]
+                merged = cell_config([recipe, *point_configs], fragments) if fragments else {}
+                if merged:  # inline JSON: LightningCLI's --config takes a file or the config itself
+                    point_configs += (json.dumps(merged, sort_keys=True),)
+                point_overrides = common_overrides + tuple(o for _, _, o in combo if o)
+                named = tuple((f.name, level.name) for f, level in zip(parsed, cell))
+                for seed in seeds:
+                    points.append(
+                        GridPoint(recipe, int(seed), point_configs, point_overrides, variant, cell=named, design=design)
+                    )
     return points

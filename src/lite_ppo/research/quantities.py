@@ -40,6 +40,11 @@ class Quantity:
         return "min" if self.better == "lower" else "max"
 
     @property
+    def evaluation(self) -> bool:
+        """Logged at validations only (benchmark and held-out accuracies): drawn as points with error bars."""
+        return self.tag.startswith((m.EVAL_PREFIX, m.VAL_PREFIX))
+
+    @property
     def slug(self) -> str:
         return "".join(c if c.isalnum() else "_" for c in self.tag).strip("_")
 

@@ -16,6 +16,11 @@ that run's folder. Only what the user left unset is filled in: ``--trainer.logge
 ``<recipe>/<model>``, ``--trainer.logger.init_args.version`` replaces ``seed<S>`` (taken as given:
 an explicit version is how one continues writing into a known folder), ``save_dir`` defaults to ``runs``.
 
+``validate`` and ``test`` of a checkpoint inside a run's folder write their logs (and ``test`` its
+report) into ``<run>/validate/`` and ``<run>/test/`` (:func:`configure_evaluation_dir`). A ``fit``
+that fails before its first training step leaves no folder behind (the CLI removes the folder it
+created), so the next run is not pushed to ``seed<S>-1``.
+
 Example:
     >>> model_name("builtin:smollm2-135m-instruct")
     'smollm2-135m-instruct'
@@ -29,7 +34,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_RECIPE", "configure_run_dir", "model_name", "prepare_fit_run", "run_name", "unique_version"]
+__all__ = [
+    "DEFAULT_RECIPE",
+    "configure_evaluation_dir",
+    "configure_run_dir",
+    "model_name",
+    "prepare_fit_run",
+    "run_folder_of",
+    "run_name",
+    "unique_version",
+]
 
 DEFAULT_RECIPE = "custom"
 _BUILTIN_PREFIX = "builtin:"
@@ -112,6 +126,39 @@ def configure_run_dir(config: Any) -> Path | None:
         version = f"version_{version}"
     _set(init_args, "save_dir", str(save_dir))
     return Path(save_dir) / name / str(version)
+
+
+def run_folder_of(ckpt_path: Any) -> Path | None:
+    """The run folder that holds ``ckpt_path`` (``<run>/checkpoints/last.ckpt`` or ``<run>/last.ckpt``):
+    the checkpoint's folder or the one above it, when it holds ``run.json``, or ``config.yaml`` beside
+    TensorBoard event files (what ``fit`` writes); None otherwise."""
+    if not ckpt_path or not isinstance(ckpt_path, (str, Path)):
+        return None
+    for folder in list(Path(ckpt_path).resolve().parents)[:2]:
+        if (folder / "run.json").is_file() or (
+            (folder / "config.yaml").is_file() and any(folder.glob("events.out.tfevents.*"))
+        ):
+            return folder
+    return None
+
+
+def configure_evaluation_dir(config: Any, subcommand: str) -> Path | None:
+    """For ``validate`` / ``test`` of a checkpoint inside a run folder, point the TensorBoard logger at
+    ``<run>/<subcommand>`` (in place, only when its ``name`` and ``version`` are unset) and return that
+    folder; None otherwise (the logger's own defaults apply)."""
+    run = run_folder_of(_get(config, "ckpt_path"))
+    logger = _get(_get(config, "trainer"), "logger")
+    if run is None or not logger or isinstance(logger, (bool, list)):
+        return None
+    init_args = _get(logger, "init_args")
+    if not str(_get(logger, "class_path", "")).endswith("TensorBoardLogger") or init_args is None:
+        return None
+    if _get(init_args, "name") or _get(init_args, "version") not in (None, ""):
+        return None  # the user chose where the logs go
+    _set(init_args, "save_dir", str(run.parent))
+    _set(init_args, "name", run.name)
+    _set(init_args, "version", subcommand)
+    return run / subcommand
 
 
 def _run_of_checkpoint(ckpt_path: Any, parent: Path) -> str | None:

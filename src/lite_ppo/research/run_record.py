@@ -30,12 +30,16 @@ _PACKAGES = {
 
 
 class RunRecord(Callback):
-    """Writes ``run.json`` into the run directory when fitting starts (``status: running``), updates
-    ``steps`` after every training step and sets ``status`` to ``finished`` or ``failed`` (with the
-    error) at the end, so ``lite-ppo sweep`` can tell a finished run from an interrupted one.
+    """Writes ``run.json``, what the run is and how far it got, into the run directory.
+
+    It writes the file when fitting starts (``status: running``), updates ``steps`` after every
+    training step and sets ``status`` to ``finished`` or ``failed`` (with the error) at the end, so
+    ``lite-ppo sweep`` can tell a finished run from an interrupted one.
 
     Fields: ``recipe``, ``model`` (as configured), ``model_name`` (the run-name part), ``seed``,
-    ``data`` (tier sources and weights), ``sweep_key`` (set by ``lite-ppo sweep``), ``status``,
+    ``data`` (tier sources and weights), ``sweep_key`` (set by ``lite-ppo sweep``), ``cell`` and
+    ``factors`` (set by ``lite-ppo sweep --factor``: this run's level of each factor, and every
+    factor's levels, the reference first), ``status``,
     ``started``/``ended`` (ISO 8601, UTC), ``steps`` (training steps = rollout batches done),
     ``global_step`` (optimizer steps), ``steps_planned``, ``versions`` (torch, transformers,
     vllm, lightning, lite-ppo), ``git_commit`` (of the lite-ppo checkout, null outside git), ``error``,
@@ -45,8 +49,14 @@ class RunRecord(Callback):
     model, seed and data from the parsed config; the folder is the logger's ``log_dir``.
 
     Args:
-        recipe, model, model_name, seed, data: what the run is (copied into ``run.json``).
+        recipe: the recipe's name (``recipe:`` of its YAML), copied into ``run.json``.
+        model: the model as configured (``model.model_path``).
+        model_name: the model part of the run's folder name.
+        seed: the run's ``seed_everything``.
+        data: the training tiers' sources, weights and schedule.
         sweep_key: identifies the grid point of a ``lite-ppo sweep`` (null otherwise).
+        cell: the factorial cell of a ``lite-ppo sweep --factor`` run (e.g. ``{"norm": "batch_std", "agg": "token"}``).
+        factors: the sweep's design, every factor's levels (e.g. ``{"norm": ["group_std", "batch_std"], ...}``).
         enabled: write nothing when false.
 
     Example (standalone, without the CLI)::
@@ -62,6 +72,8 @@ class RunRecord(Callback):
         seed: int | None = None,
         data: dict[str, Any] | None = None,
         sweep_key: str | None = None,
+        cell: dict[str, str] | None = None,
+        factors: dict[str, list[str]] | None = None,
         enabled: bool = True,
     ) -> None:
         self.enabled = enabled
@@ -73,6 +85,8 @@ class RunRecord(Callback):
             "data": data,
             "sweep_key": sweep_key,
         }
+        if cell:  # only in factorial sweeps: other run.json files keep their fields
+            self.record.update(cell=dict(cell), factors={k: list(v) for k, v in (factors or {}).items()})
         self.path: Path | None = None
         self._last_write = 0.0
 

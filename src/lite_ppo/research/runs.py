@@ -5,7 +5,9 @@ and LightningCLI's ``config.yaml`` (see :mod:`lite_ppo.research.run_dir`). Two r
 group when their merged configs are equal after removing what does not change the experiment: the
 seed, where files go (logger, checkpoint and output folders) and the run record itself. Runs
 without ``config.yaml`` fall back to ``run.json`` (recipe, model, data), and runs with neither to
-their folder layout (``.../<group>/seed<S>`` -> ``<group>``).
+their folder layout (``.../<group>/seed<S>`` -> ``<group>``). A group is labelled ``<recipe>/<model>``,
+followed by its factorial cell for runs of ``lite-ppo sweep --factor`` (``lite_ppo/tiny [norm=batch_std,
+agg=token]``) and by the settings that tell apart groups that would otherwise share a label.
 
 Example:
     >>> runs = find_runs(["runs/*/tiny/seed*"])         # doctest: +SKIP
@@ -75,6 +77,20 @@ class Run:
     def status(self) -> str | None:
         return (self.record or {}).get("status")
 
+    @property
+    def cell(self) -> dict[str, str]:
+        """The factorial cell of a ``lite-ppo sweep --factor`` run (factor -> level), {} otherwise."""
+        cell = (self.record or {}).get("cell")
+        return {str(k): str(v) for k, v in cell.items()} if isinstance(cell, dict) else {}
+
+    @property
+    def factors(self) -> dict[str, list[str]]:
+        """The sweep's design (factor -> levels, reference first) when ``run.json`` records it, {} otherwise."""
+        design = (self.record or {}).get("factors")
+        if not isinstance(design, dict):
+            return {}
+        return {str(k): [str(v) for v in levels] for k, levels in design.items() if isinstance(levels, list)}
+
     def experiment(self) -> dict[str, Any]:
         """What defines the experiment apart from the seed (the grouping key's content)."""
         if self.config is not None:
@@ -82,9 +98,10 @@ class Run:
             for parent, key in _IGNORED_PATHS:
                 if isinstance(config.get(parent), dict):
                     config[parent] = {k: v for k, v in config[parent].items() if k != key}
-            return config
+            return config | ({"cell": self.cell} if self.cell else {})
         if self.record is not None:
-            return {"recipe": self.recipe, "model": self.record.get("model"), "data": self.record.get("data")}
+            found = {"recipe": self.recipe, "model": self.record.get("model"), "data": self.record.get("data")}
+            return found | ({"cell": self.cell} if self.cell else {})
         parent = self.path.parent if _SEED_DIR.match(self.path.name) else self.path
         return {"folder": str(parent.resolve())}
 
@@ -99,6 +116,7 @@ class RunGroup:
     label: str
     recipe: str
     runs: list[Run] = field(default_factory=list)
+    base_label: str = ""  # recipe/model, without the factorial cell and the disambiguating settings
 
     @property
     def seeds(self) -> list[int | None]:
@@ -136,7 +154,8 @@ def find_runs(patterns: list[str]) -> list[Run]:
                 hits.append(match)
             elif match.is_dir():
                 below = {p.parent for p in match.rglob("*tfevents*")} | {p.parent for p in match.rglob("run.json")}
-                hits.extend(sorted(below))
+                # A run's own subfolders (the logs of `validate`/`test` of its checkpoints) are not runs.
+                hits.extend(sorted(p for p in below if not any(parent in below for parent in p.parents)))
         if not hits:
             raise UserError(f"{pattern}: no run directory (a folder with TensorBoard event files or run.json) matches")
         for hit in hits:
@@ -153,11 +172,13 @@ def group_runs(runs: list[Run]) -> list[RunGroup]:
     for members in by_key.values():
         first = members[0]
         base = f"{first.recipe}/{first.model}" if first.model else first.recipe
+        cell = ", ".join(f"{k}={v}" for k, v in first.cell.items())
         groups.append(
             RunGroup(
-                label=base,
+                label=f"{base} [{cell}]" if cell else base,
                 recipe=first.recipe,
                 runs=sorted(members, key=lambda r: (r.seed is None, r.seed or 0, str(r.path))),
+                base_label=base,
             )
         )
     _disambiguate(groups)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ScalarTable", "Series", "read_many", "read_scalars"]
+__all__ = ["ScalarTable", "Series", "has_events", "read_many", "read_scalars"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,21 @@ def read_scalars(run_dir: str | Path) -> dict[str, Series]:
         events = accumulator.Scalars(tag)
         table[tag] = Series.from_pairs([(e.step, e.value, e.wall_time) for e in events])
     return table
+
+
+def has_events(run_dir: str | Path) -> bool:
+    """True when an event file directly inside ``run_dir`` yields at least one TensorBoard record
+    (every writer starts its file with one); False for a folder without event files, or whose files
+    are damaged, empty or not TensorBoard files (tensorboard's reader then yields nothing)."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    for path in sorted(Path(run_dir).glob("*tfevents*")):
+        try:
+            if next(iter(EventFileLoader(str(path)).Load()), None) is not None:
+                return True
+        except Exception:  # noqa: BLE001 (any reader failure means: not readable)
+            continue
+    return False
 
 
 def read_many(run_dirs: list[Path], jobs: int | None = None) -> dict[Path, dict[str, Series]]:

@@ -1,45 +1,58 @@
-"""Numbers behind the figures: per group of seeds, each quantity's final and best value as
-mean ± std over seeds (with n), and how fast training reward got to 50 % / 90 % of its final value.
+"""Numbers behind the figures: per group of seeds, each quantity's final and best value as mean with
+its 95 % confidence interval over seeds, the compute the runs spent, the held-out score under a
+checkpoint rule with every pair of groups compared, and the effects of a factorial sweep.
 
 Definitions (per run, then aggregated over the group's runs that logged the quantity):
 
 - final: the last logged value (runs of different length each contribute their own last step);
-- best: the max over steps, or the min for quantities where lower is better (truncation rate);
-- std: the sample standard deviation over runs (ddof = 1); null with a single run;
+- best: the max over steps, or the min for quantities where lower is better (truncation rate): a
+  description of the curve; for held-out accuracies it is selected and reported on the same problems
+  (optimistic), which the score section below avoids;
+- mean ± std (sample std, ddof = 1) and the 95 % CI of the mean, a t-interval over seeds
+  (:func:`lite_ppo.research.stats.mean_ci`); std and CI are null with a single run;
+- compute: generated tokens (sum of ``response/generated_tokens``) and training seconds (sum of
+  ``time/step_s``) per run;
+- score: the held-out score under the checkpoint rule (:mod:`lite_ppo.research.scores`); for each
+  pair of groups the difference of their mean final and best scores, with Welch's CI and p-value
+  (:func:`lite_ppo.research.stats.welch_difference`);
+- factorial: main effects and interactions of a sweep's factors on the score of the checkpoint rule
+  (:mod:`lite_ppo.research.factorial`), or on the final training accuracy when no held-out score was logged;
 - milestone ``reward_50``/``reward_90``: the first step at which training accuracy reached 50 % /
   90 % of that run's final value; runs whose final accuracy is 0 have none.
 
 Example:
-    >>> summary = summarize(groups, tables)        # doctest: +SKIP
+    >>> summary = summarize(groups, tables, quantities)        # doctest: +SKIP
     >>> summary["groups"][0]["quantities"]["reward/accuracy"]["final"]  # doctest: +SKIP
-    {'mean': 0.41, 'std': 0.03, 'n': 3}
+    {'mean': 0.41, 'std': 0.03, 'n': 3, 'ci': [0.34, 0.48]}
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lite_ppo import metric_names as m
 from lite_ppo.metric_names import REWARD_ACCURACY
+from lite_ppo.research.factorial import effects, find_designs
 from lite_ppo.research.quantities import Quantity
 from lite_ppo.research.runs import RunGroup
 from lite_ppo.research.scalars import ScalarTable, Series
+from lite_ppo.research.scores import CheckpointRule, run_scores
+from lite_ppo.research.stats import CONFIDENCE, mean_ci, welch_difference
 
-__all__ = ["MILESTONES", "first_step_reaching", "mean_std", "summarize", "summary_markdown"]
+__all__ = ["MILESTONES", "first_step_reaching", "summarize", "summary_markdown"]
 
 MILESTONES = (0.5, 0.9)
-
-
-def mean_std(values: list[float]) -> dict[str, Any]:
-    """``{"mean", "std", "n"}``; std is the sample std (ddof=1), None for fewer than two values."""
-    n = len(values)
-    if n == 0:
-        return {"mean": None, "std": None, "n": 0}
-    arr = np.asarray(values, dtype=np.float64)
-    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if n > 1 else None, "n": n}
+CI_METHOD = (
+    f"{CONFIDENCE:.0%} confidence intervals: the mean over seeds ± t(n-1) · s/√n (scipy.stats t-interval); "
+    "differences of two groups: Welch's t-test and its Welch-Satterthwaite interval "
+    "(scipy.stats.ttest_ind, equal_var=False); factorial effects: the per-seed contrasts' t-interval "
+    "and one-sample t-test against 0"
+)
 
 
 def first_step_reaching(series: Series, fraction: float) -> int | None:
@@ -51,13 +64,93 @@ def first_step_reaching(series: Series, fraction: float) -> int | None:
     return int(series.steps[hit[0]])
 
 
-def summarize(groups: list[RunGroup], tables: dict[Path, ScalarTable], quantities: list[Quantity]) -> dict[str, Any]:
+def _total(table: ScalarTable, tag: str) -> float | None:
+    series = table.get(tag)
+    return float(series.finite().values.sum()) if series is not None and len(series.finite()) else None
+
+
+def _score_section(groups: list[RunGroup], tables: dict[Path, ScalarTable], rule: CheckpointRule) -> dict[str, Any]:
+    """Per group the runs' scores (final, best) and for each pair of groups their differences."""
+    section: dict[str, Any] = {
+        "tag": rule.score,
+        "checkpoint": rule.checkpoint,
+        "select_on": rule.select_on if rule.can_select else None,
+        "rule": rule.describe(),
+        "groups": {},
+        "pairs": [],
+    }
+    if rule.score is None:
+        return section
+    values: dict[str, dict[str, list[float]]] = {}
+    for group in groups:
+        runs = [{"run": str(r.path), "seed": r.seed, **run_scores(tables[r.path], rule)} for r in group.runs]
+        final = [x["final"] for x in runs if x["final"] is not None]
+        best = [x["best"] for x in runs if x["best"] is not None]
+        values[group.label] = {"final": final, "best": best}
+        if final:
+            section["groups"][group.label] = {
+                "final": mean_ci(final),
+                "best": mean_ci(best) if rule.can_select else None,
+                "runs": runs,
+            }
+    scored = [g.label for g in groups if g.label in section["groups"]]
+    for a, b in itertools.combinations(scored, 2):
+        pair = {"a": a, "b": b, "final": welch_difference(values[a]["final"], values[b]["final"]), "best": None}
+        if rule.can_select and values[a]["best"] and values[b]["best"]:
+            pair["best"] = welch_difference(values[a]["best"], values[b]["best"])
+        section["pairs"].append(pair)
+    return section
+
+
+def _factorial_section(
+    groups: list[RunGroup], tables: dict[Path, ScalarTable], rule: CheckpointRule
+) -> tuple[list[dict[str, Any]], list[str]]:
+    designs, notes = find_designs(groups)
+    key = "best" if rule.checkpoint == "best" else "final"
+    out = []
+    for design in designs:
+        runs = [r for group in design.cells.values() for r in group.runs]
+        use_score = rule.score is not None and any(run_scores(tables[r.path], rule)[key] is not None for r in runs)
+        response = (
+            f"`{rule.score}`, checkpoint rule `{rule.checkpoint}`"
+            if use_score
+            else f"final `{REWARD_ACCURACY}` (no held-out score logged)"
+        )
+        values: dict[tuple[str, ...], dict[int, float]] = {}
+        for cell, group in design.cells.items():
+            per_seed: dict[int, list[float]] = {}
+            for run in group.runs:
+                if run.seed is None:
+                    continue
+                if use_score:
+                    value = run_scores(tables[run.path], rule)[key]
+                else:
+                    series = tables[run.path].get(REWARD_ACCURACY)
+                    value = series.finite().last() if series is not None and len(series.finite()) else None
+                if value is not None:
+                    per_seed.setdefault(run.seed, []).append(value)
+            values[cell] = {seed: float(np.mean(v)) for seed, v in per_seed.items()}  # a repeated seed: its mean
+        result = effects(values, design.factors)
+        for entry, cell in zip(result["cells"], itertools.product(*design.factors.values())):
+            entry["group"] = design.cells[cell].label
+        out.append({"base": design.base, "factors": design.factors, "response": response, **result})
+    return out, notes
+
+
+def summarize(
+    groups: list[RunGroup],
+    tables: dict[Path, ScalarTable],
+    quantities: list[Quantity],
+    rule: CheckpointRule | None = None,
+) -> dict[str, Any]:
     """The ``summary.json`` content for ``groups`` (``tables`` maps each run's path to its scalars)."""
+    rule = rule or CheckpointRule()
     out_groups = []
     for group in groups:
         entry: dict[str, Any] = {
             "label": group.label,
             "recipe": group.recipe,
+            "cell": group.runs[0].cell or None,
             "seeds": group.seeds,
             "runs": [str(r.path) for r in group.runs],
             "status": [r.status for r in group.runs],
@@ -73,47 +166,146 @@ def summarize(groups: list[RunGroup], tables: dict[Path, ScalarTable], quantitie
             pick = np.min if quantity.best_rule == "min" else np.max
             entry["quantities"][quantity.tag] = {
                 "title": quantity.title,
-                "final": mean_std([s.last() for s in series]),
-                "best": mean_std([float(pick(s.values)) for s in series]),
+                "final": mean_ci([s.last() for s in series]),
+                "best": mean_ci([float(pick(s.values)) for s in series]),
                 "best_rule": quantity.best_rule,
-                "final_step": mean_std([float(s.steps[-1]) for s in series]),
+                "final_step": mean_ci([float(s.steps[-1]) for s in series]),
             }
+        entry["compute"] = {}
+        for name, tag in (("tokens", m.GENERATED_TOKENS), ("seconds", m.STEP_SECONDS)):
+            totals = [t for t in (_total(tables[r.path], tag) for r in group.runs) if t is not None]
+            entry["compute"][name] = mean_ci(totals)
         milestones = {}
         reward = [tables[r.path].get(REWARD_ACCURACY) for r in group.runs]
         reward = [s for s in reward if s is not None]
         for fraction in MILESTONES:
             steps = [first_step_reaching(s, fraction) for s in reward]
-            milestones[f"reward_{round(fraction * 100)}"] = mean_std([float(s) for s in steps if s is not None])
+            milestones[f"reward_{round(fraction * 100)}"] = mean_ci([float(s) for s in steps if s is not None])
         entry["milestones"] = milestones
         out_groups.append(entry)
+    factorial, notes = _factorial_section(groups, tables, rule)
     return {
+        "confidence": CONFIDENCE,
+        "ci_method": CI_METHOD,
         "groups": out_groups,
-        "quantities": {q.tag: {"title": q.title, "unit": q.unit, "share": q.share} for q in quantities},
+        # better: None where no direction is an improvement (response length, entropy): "best" is only the max.
+        "quantities": {
+            q.tag: {"title": q.title, "unit": q.unit, "share": q.share, "better": q.better} for q in quantities
+        },
+        "score": _score_section(groups, tables, rule),
+        "factorial": factorial,
+        "notes": notes,
     }
 
 
-def _fmt(stat: dict[str, Any]) -> str:
-    if stat["mean"] is None:
+# -- summary.md -------------------------------------------------------------------------------------
+def _num(value: float | None, digits: int = 4) -> str:
+    return "–" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
+
+
+def _ci(ci: list[float] | None) -> str:
+    return f"[{_num(ci[0], 3)}, {_num(ci[1], 3)}]" if ci else "–"
+
+
+def _p(p: float | None) -> str:
+    return "–" if p is None else (f"{p:.2g}" if p >= 1e-4 else "< 1e-4")
+
+
+def _fmt(stat: dict[str, Any] | None) -> str:
+    """``mean ± std (n=N) [low, high]``; ``–`` when nothing was logged."""
+    if not stat or stat["mean"] is None:
         return "–"
-    mean = stat["mean"]
-    text = f"{mean:.4g}"
+    text = f"{stat['mean']:.4g}"
     if stat["std"] is not None and not math.isnan(stat["std"]):
         text += f" ± {stat['std']:.2g}"
-    return text + f" (n={stat['n']})"
+    text += f" (n={stat['n']})"
+    return text + (f" {_ci(stat['ci'])}" if stat.get("ci") else "")
+
+
+def _diff(stat: dict[str, Any] | None) -> tuple[str, str, str]:
+    if not stat or stat["diff"] is None:
+        return "–", "–", "–"
+    return f"{stat['diff']:+.4g}", _ci(stat["ci"]), _p(stat["p"])
+
+
+def _score_markdown(score: dict[str, Any]) -> list[str]:
+    lines = ["", "## Held-out score", "", score["rule"]]
+    if not score["groups"]:
+        return lines
+    best = bool(score["select_on"])  # a best column only where a separate selection split exists
+    header = "| group | final |" + (f" best (selected on `{score['select_on']}`) |" if best else "")
+    lines += ["", header, "|---|---|" + ("---|" if best else "")]
+    for label, g in score["groups"].items():
+        lines.append(f"| {label} | {_fmt(g['final'])} |" + (f" {_fmt(g['best'])} |" if best else ""))
+    if score["pairs"]:
+        lines += [
+            "",
+            "Differences a − b of the mean scores, Welch's 95 % CI and two-sided p-value:",
+            "",
+            "| a | b | final a − b | CI | p |" + (" best a − b | CI | p |" if best else ""),
+            "|---|---|---|---|---|" + ("---|---|---|" if best else ""),
+        ]
+        for pair in score["pairs"]:
+            cells = [*_diff(pair["final"]), *(_diff(pair["best"]) if best else ())]
+            lines.append(f"| {pair['a']} | {pair['b']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _factorial_markdown(factorial: list[dict[str, Any]], notes: list[str]) -> list[str]:
+    lines: list[str] = []
+    for design in factorial:
+        factors = " × ".join(f"{name} {{{', '.join(levels)}}}" for name, levels in design["factors"].items())
+        lines += ["", f"## Factorial: {design['base']}, {factors}", ""]
+        lines.append(
+            f"Response: {design['response']}. Seeds in every cell: {design['seeds'] or 'none'}"
+            + (f" (left out: {design['seeds_left_out']})" if design["seeds_left_out"] else "")
+            + ". Effects are per-seed contrasts averaged over the other factors (reference level first); "
+            "interaction = difference of differences; 95 % t-interval over seeds, p from the one-sample t-test."
+        )
+        lines += ["", "| cell | mean over seeds |", "|---|---|"]
+        for cell in design["cells"]:
+            lines.append(f"| {', '.join(f'{k}={v}' for k, v in cell['cell'].items())} | {_fmt(cell)} |")
+        lines += ["", "| effect | estimate | CI | p | n |", "|---|---|---|---|---|"]
+        for eff in design["main_effects"]:
+            name = f"main: {eff['factor']} {eff['level']} − {eff['reference']}"
+            lines.append(f"| {name} | {_num(eff['estimate'])} | {_ci(eff['ci'])} | {_p(eff['p'])} | {eff['n']} |")
+        for eff in design["interactions"]:
+            (f1, f2), (a, b), (ra, rb) = eff["factors"], eff["levels"], eff["references"]
+            name = f"interaction: {f1} {a} − {ra} × {f2} {b} − {rb}"
+            lines.append(f"| {name} | {_num(eff['estimate'])} | {_ci(eff['ci'])} | {_p(eff['p'])} | {eff['n']} |")
+    if notes:
+        lines += ["", *[f"Note: {note}" for note in notes]]
+    return lines
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:
-    """``summary.md``: one table per quantity (rows: groups), then the reward milestones."""
-    lines = ["# Run comparison", "", "Mean ± sample std over seeds (n = runs that logged the quantity).", ""]
+    """``summary.md``: groups, the held-out score and pairwise differences, factorial effects, compute,
+    one table per quantity (rows: groups), then the reward milestones."""
+    lines = [
+        "# Run comparison",
+        "",
+        "Mean ± sample std over seeds (n = runs that logged the quantity) [95 % confidence interval of the mean].",
+        f"Method: {summary['ci_method']}.",
+        "",
+    ]
+    if summary.get("x_label"):
+        lines += [f"Figures over: {summary['x_label']}; bands and bars: {summary.get('band_text', '')}.", ""]
     lines += ["| group | seeds | runs |", "|---|---|---|"]
     for g in summary["groups"]:
         lines.append(f"| {g['label']} | {', '.join(str(s) for s in g['seeds'])} | {len(g['runs'])} |")
+    lines += _score_markdown(summary["score"])
+    lines += _factorial_markdown(summary["factorial"], summary["notes"])
+    lines += ["", "## Compute per run", "", "| group | generated tokens | training seconds |", "|---|---|---|"]
+    for g in summary["groups"]:
+        lines.append(f"| {g['label']} | {_fmt(g['compute']['tokens'])} | {_fmt(g['compute']['seconds'])} |")
     for tag, meta in summary["quantities"].items():
         rows = [(g["label"], g["quantities"][tag]) for g in summary["groups"] if tag in g["quantities"]]
         if not rows:
             continue
         lines += ["", f"## {meta['title']} (`{tag}`, {'share' if meta['share'] else meta['unit']})", ""]
-        lines += ["| group | final | best | best is | last step |", "|---|---|---|---|---|"]
+        # Response length or entropy has no better direction: its extreme is a "max", not a "best".
+        extreme = "best" if meta.get("better") else "max"
+        lines += [f"| group | final | {extreme} | {extreme} is | last step |", "|---|---|---|---|---|"]
         for label, q in rows:
             lines.append(
                 f"| {label} | {_fmt(q['final'])} | {_fmt(q['best'])} | {q['best_rule']} | {_fmt(q['final_step'])} |"

@@ -1,12 +1,23 @@
-"""``lite-ppo sweep``: a grid of recipes x seeds (x config / override axes), run one after another,
-then compared.
+"""``lite-ppo sweep``: a grid of recipes x seeds (x factors, config and override axes), run one after
+another, then compared.
 
 Each grid point runs as its own process (``python -m lite_ppo.cli fit ...``) with its own named run
 directory under ``--out`` (``<out>[/<variant>]/<recipe>/<model>/seed<S>``) and its output in
 ``<out>/sweep_logs/<label>.log``. A point whose run already finished (its ``run.json`` has
 ``status: finished`` and the point's ``sweep_key``) is skipped, so an interrupted sweep resumes where
 it stopped; an unfinished one runs again into a fresh folder (``seed<S>-1``: nothing is overwritten).
-At the end ``lite-ppo compare`` runs on the finished runs (``<out>/compare``).
+At the end ``lite-ppo compare`` runs on the finished runs (``<out>/compare``; its options in
+``--compare-args``).
+
+``--factor NAME=LEVEL:FRAGMENT.yaml,...`` makes a factorial grid of technique settings with named
+cells (:mod:`lite_ppo.research.factors`): each run's folder (``<out>/norm=batch_std_agg=token/...``)
+and ``run.json`` (``cell``, ``factors``) name its cell, and ``compare`` reports each factor's main
+effect and the interactions with confidence intervals.
+
+A signal to the sweep (SIGTERM from a scheduler, SIGUSR1, Ctrl-C) is forwarded to the running
+``fit``, which finishes its step and saves its checkpoint (:mod:`lite_ppo.reliability.preemption`);
+the sweep waits for it, starts no further point and exits with 128 + the signal number. No ``fit``
+is left running on its own.
 
 With ``--emit-slurm DIR`` nothing runs: it writes one launch script per unfinished point and a SLURM
 array script (``sbatch DIR/sweep.sbatch``).
@@ -18,11 +29,17 @@ Example::
         --sbatch-option=--gres=gpu:8
     lite-ppo sweep --recipe configs/recipes/lite_ppo.yaml --seed 0 1 --config configs/models/tiny.yaml \\
         --grid model.lr=1e-4,1e-5 --out runs/lr_sweep -- --data.steps_per_epoch=2
+    lite-ppo sweep --recipe configs/recipes/lite_ppo.yaml --seed 0 1 2 --config configs/models/tiny.yaml \\
+        --factor norm=group_std:configs/factors/norm_group_std.yaml,batch_std:configs/factors/norm_batch_std.yaml \\
+        --factor agg=token:configs/factors/agg_token.yaml,seq:configs/factors/agg_seq.yaml \\
+        --out runs/lite_ppo_2x2 --compare-args='--x tokens'
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -35,6 +52,43 @@ from lite_ppo.research.slurm import emit_slurm
 __all__ = ["find_point_runs", "main", "run_sweep"]
 
 STATUS_FINISHED = "finished"
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
+class SweepInterrupted(Exception):
+    """The sweep received ``signum``; the running point got it too and has stopped."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def run_forwarding_signals(command: list[str], **popen_kwargs) -> tuple[int, int | None]:
+    """Run ``command`` to its end, passing every signal of :data:`FORWARDED_SIGNALS` the sweep gets on
+    to it; returns (its exit status, the first signal received or None).
+
+    The child runs in its own process group, so a Ctrl-C at the terminal reaches it once, through
+    the sweep, like a ``kill`` of the sweep does (a second Ctrl-C is a second one for ``fit`` too)."""
+    received: list[int] = []
+    child = subprocess.Popen(command, process_group=0, **popen_kwargs)
+
+    def forward(signum, frame) -> None:
+        received.append(signum)
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {}
+    try:
+        for signum in FORWARDED_SIGNALS:
+            previous[signum] = signal.signal(signum, forward)
+    except ValueError:  # not the main thread: no handlers, the child is still waited for
+        pass
+    try:
+        code = child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return code, (received[0] if received else None)
 
 
 def find_point_runs(point: GridPoint, out: Path) -> list[Path]:
@@ -78,10 +132,14 @@ def run_sweep(
         echo(f"[{i}/{len(points)}] {point.label}: running (log: {log_path})")
         start = time.monotonic()
         with log_path.open("w") as log:
-            code = subprocess.run(
-                point.command(out, python), stdout=log, stderr=subprocess.STDOUT, check=False
-            ).returncode
+            code, signum = run_forwarding_signals(point.command(out, python), stdout=log, stderr=subprocess.STDOUT)
         ran.append(point)
+        if signum is not None:
+            echo(
+                f"[{i}/{len(points)}] {point.label}: stopped by {signal.Signals(signum).name} (exit {code}); "
+                f"its checkpoint and log: {log_path}. Run the same command again to continue the sweep."
+            )
+            raise SweepInterrupted(signum)
         result = finished_run(point, out)
         if code != 0 or result is None:
             failed.append(point)
@@ -112,6 +170,14 @@ def main(argv: list[str]) -> int:
         "--config", action="append", default=[], help="a config for every run, after the recipe (repeatable)"
     )
     parser.add_argument(
+        "--factor",
+        action="append",
+        default=[],
+        metavar="NAME=LEVEL:A.yaml,LEVEL:B.yaml",
+        help="one more grid axis, a factor with named levels: each run gets one level's config fragment, "
+        "its callbacks merged by class into the recipe's (a LEVEL alone: the recipe unchanged)",
+    )
+    parser.add_argument(
         "--grid-config",
         action="append",
         default=[],
@@ -131,6 +197,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--compare-out", type=Path, default=None, help="where compare writes (default <out>/compare)")
     parser.add_argument("--no-compare", action="store_true", help="do not run compare at the end")
     parser.add_argument(
+        "--compare-args",
+        default="",
+        metavar="ARGS",
+        help="options for the compare at the end, e.g. --compare-args='--x tokens --checkpoint best'",
+    )
+    parser.add_argument(
         "--emit-slurm",
         type=Path,
         default=None,
@@ -147,10 +219,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--python", default=None, help="Python interpreter of the runs (default: this one)")
     args = parser.parse_args(argv)
     try:
-        points = expand_grid(args.recipe, args.seed, args.config, args.grid_config, args.grid, passthrough)
-    except UserError as err:
+        points = expand_grid(args.recipe, args.seed, args.config, args.grid_config, args.grid, passthrough, args.factor)
+        compare_args = shlex.split(args.compare_args)
+    except (UserError, ValueError) as err:
         print(f"lite-ppo sweep: error: {err}", file=sys.stderr)
         return 2
+    if compare_args:  # checked now, not after the runs
+        from lite_ppo.research.compare import build_parser
+
+        try:
+            build_parser().parse_args(["RUNS", "--out", "OUT", *compare_args])
+        except SystemExit:
+            print(f"lite-ppo sweep: error: --compare-args {args.compare_args!r}: see above", file=sys.stderr)
+            return 2
     if args.emit_slurm is not None:
         todo = [p for p in points if finished_run(p, args.out) is None]
         if not todo:
@@ -159,19 +240,26 @@ def main(argv: list[str]) -> int:
         paths = emit_slurm(todo, args.emit_slurm, args.out, args.sbatch_option, args.python)
         print(f"wrote {len(todo)} launch scripts ({len(points) - len(todo)} finished runs left out) and {paths[-1]}")
         print(f"submit: sbatch {paths[-1]}")
-        print(f"afterwards: lite-ppo compare '{args.out}' --out {args.compare_out or args.out / 'compare'}")
+        print(
+            f"afterwards: lite-ppo compare '{args.out}' --out {args.compare_out or args.out / 'compare'}"
+            + (f" {shlex.join(compare_args)}" if compare_args else "")
+        )
         return 0
-    finished, ran, failed = run_sweep(points, args.out, args.python)
+    try:
+        finished, ran, failed = run_sweep(points, args.out, args.python)
+    except SweepInterrupted as stop:
+        return 128 + stop.signum
     print(
         f"sweep: {len(points)} runs in the grid, {len(ran)} run "
         f"now, {len(points) - len(ran)} skipped, {len(failed)} failed"
     )
     if finished and not args.no_compare:
-        from lite_ppo.research.compare import compare
+        from lite_ppo.research.compare import main as compare_main
 
         compare_out = args.compare_out or args.out / "compare"
-        summary = compare([str(p) for p in finished], compare_out)
-        print(f"comparison of {len(finished)} finished runs ({len(summary['groups'])} groups) in {compare_out}/")
+        code = compare_main([*(str(p) for p in finished), "--out", str(compare_out), *compare_args])
+        if code != 0:
+            return code
     return 1 if failed else 0
 
 

@@ -33,6 +33,11 @@ class RolloutBatch:
     - ``engine_logprobs`` [B, R] or None: the rollout engine's own log-probs, for drift diagnostics.
     - ``token_weights`` [B, R] or None: per-token weights multiplying the surrogate loss (e.g. a
       truncated importance-sampling correction); None means 1.
+    - ``old_entropy`` [B, R] or None: each token's entropy under pi_old (at the sampling
+      temperature), computed with the old log-probs when a technique asks for it
+      (``Technique.needs_old_entropy``).
+    - ``policy_mask`` [B, R] or None: the tokens the policy loss is averaged over, within
+      ``loss_mask`` (e.g. the high-entropy tokens); None means all of ``loss_mask``.
     - ``temperature``: the sampling temperature; the trainer's log-probs are those of
       softmax(logits / temperature), the distribution the responses were sampled from.
     - ``extras``: per-response python lists for display and reports (``tier``, ``prompt_text``,
@@ -56,6 +61,8 @@ class RolloutBatch:
     old_logprobs: torch.Tensor | None = None
     engine_logprobs: torch.Tensor | None = None
     token_weights: torch.Tensor | None = None
+    old_entropy: torch.Tensor | None = None
+    policy_mask: torch.Tensor | None = None
     temperature: float = 1.0
     extras: dict[str, list[Any]] = field(default_factory=dict)
 
@@ -68,6 +75,13 @@ class RolloutBatch:
     @property
     def num_responses(self) -> int:
         return self.input_ids.shape[0]
+
+    @property
+    def policy_loss_mask(self) -> torch.Tensor:
+        """[B, R] the tokens the policy loss is averaged over: ``loss_mask`` times ``policy_mask``."""
+        if self.policy_mask is None:
+            return self.loss_mask
+        return self.loss_mask * self.policy_mask.to(self.loss_mask.dtype)
 
     @property
     def prompt_width(self) -> int:
@@ -123,7 +137,8 @@ class RolloutBatch:
             pad_resp = lambda t, value, dr=dr: torch.nn.functional.pad(t, (0, dr), value=value)  # noqa: E731
             parts.setdefault("input_ids", []).append(pad_seq(b.input_ids, pad_token_id))
             parts.setdefault("attention_mask", []).append(pad_seq(b.attention_mask, 0))
-            for name in ("response_mask", "loss_mask", "old_logprobs", "engine_logprobs", "token_weights"):
+            per_token = ("response_mask", "loss_mask", "old_logprobs", "engine_logprobs", "token_weights")
+            for name in (*per_token, "old_entropy", "policy_mask"):
                 value = getattr(b, name)
                 if value is not None:
                     parts.setdefault(name, []).append(pad_resp(value, 0))

@@ -1,0 +1,87 @@
+"""REINFORCE++ advantages (Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large
+Language Models", arXiv 2501.03262), outcome-reward form; docs/method.md, "REINFORCE++".
+
+With one verifiable reward r_i per response and discount 1, the return G_{i,t} of every token of
+response i is r_i, so the advantage is one number per response. REINFORCE++ normalizes it over the
+whole global batch, not per prompt:
+
+    REINFORCE++            x_i = r_i
+    REINFORCE++-baseline   x_i = r_i - mean_{j in group(i)} r_j      (a group of one: baseline 0)
+    both                   A_i = (x_i - mu) / sqrt(sigma^2 + eps)
+
+with mu and sigma^2 the weighted mean and Bessel-corrected variance of x over the batch, response i
+counting w_i times. verl (``compute_reinforce_plus_plus_outcome_advantage``,
+``compute_reinforce_plus_plus_baseline_outcome_advantage``: ``masked_whiten`` over the response
+mask, eps = 1e-8 inside the square root) whitens over response *tokens*: w_i = L_i, the response's
+length. w_i = 1 gives the per-response statistics.
+
+The KL-shaped return of the paper (a per-token -beta * KL_t added to the reward, so that G_{i,t}
+differs per token) needs per-token advantages, which this outcome form does not produce; use a KL
+loss (``KLPenalty``) instead.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lite_ppo.ops.advantages import weighted_mean_std
+
+
+def group_baseline_residuals(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """x_i = r_i - mean of r over the group of response i (float64); 0 baseline in a group of one.
+
+    Args:
+        rewards: [B] rewards.
+        group_ids: [B] long; responses of one prompt share an id (any order).
+
+    Example:
+        >>> group_baseline_residuals(torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 0, 1]))
+        tensor([ 0.6667, -0.3333, -0.3333,  1.0000], dtype=torch.float64)
+    """
+    r = rewards.double()
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    n = int(inverse.max().item()) + 1 if inverse.numel() else 0
+    counts = torch.zeros(n, dtype=r.dtype, device=r.device).index_add_(0, inverse, torch.ones_like(r))
+    sums = torch.zeros_like(counts).index_add_(0, inverse, r)
+    # verl: a prompt with a single response has no baseline (mean 0), not its own reward.
+    means = torch.where(counts > 1, sums / counts.clamp(min=1), torch.zeros_like(sums))
+    return r - means[inverse]
+
+
+def whitened(
+    values: torch.Tensor,
+    weights: torch.Tensor,
+    eps: float = 1e-8,
+    stats: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """(x - mu) / sqrt(sigma^2 + eps) with mu, sigma the frequency-weighted mean and Bessel std of
+    ``values`` [B] under ``weights`` [B] (:func:`lite_ppo.ops.advantages.weighted_mean_std`), or the
+    given global ``stats`` (mean, std). Float64.
+
+    Example:
+        >>> whitened(torch.tensor([0.0, 1.0]), torch.tensor([1.0, 3.0]), eps=0.0)   # 0,1,1,1: mean 3/4, std 1/2
+        tensor([-1.5000,  0.5000], dtype=torch.float64)
+    """
+    x = values.double()
+    mean, std = weighted_mean_std(x, weights) if stats is None else (stats[0].double(), stats[1].double())
+    return (x - mean) / torch.sqrt(std**2 + eps)
+
+
+def reinforce_pp_advantages(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    weights: torch.Tensor,
+    group_baseline: bool = False,
+    eps: float = 1e-8,
+    stats: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """REINFORCE++ (``group_baseline=False``) or REINFORCE++-baseline advantages [B], float64.
+
+    Args:
+        rewards: [B] outcome rewards (the return of every token of the response).
+        group_ids: [B] prompt ids (used by the baseline only).
+        weights: [B] how many times each response counts in the batch statistics (verl: its length).
+        stats: the global (mean, std) of the baselined returns over all ranks; this batch's when None.
+    """
+    x = group_baseline_residuals(rewards, group_ids) if group_baseline else rewards.double()
+    return whitened(x, weights, eps, stats)
