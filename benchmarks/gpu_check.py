@@ -276,16 +276,6 @@ def _driver_version() -> str:
     return smi.stdout.strip().splitlines()[0] if smi.returncode == 0 and smi.stdout.strip() else "?"
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
-
-
 def check_environment(report: Report, args: argparse.Namespace) -> Setup:
     import torch
 
@@ -310,7 +300,9 @@ def check_environment(report: Report, args: argparse.Namespace) -> Setup:
                 f"driver {_driver_version()}, {torch.cuda.device_count()} visible"
             )
         else:
-            device = f"cpu: {_cpu_name()}, {torch.get_num_threads()} torch threads"
+            import bench_steps
+
+            device = f"cpu: {bench_steps._cpu_model() or '?'}, {torch.get_num_threads()} torch threads"
         report.line(f"device: {device}")
         for name in OPTIONAL:
             ok, text = optional_import(name)
