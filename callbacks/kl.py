@@ -18,9 +18,12 @@ class KLPenalty(Technique):
 
     The reference is a frozen copy of the *initial* policy, loaded from ``reference_path`` (the
     policy's own checkpoint by default) at fit start, so a resumed run still compares with the
-    starting weights. With ``coef == 0`` nothing is loaded and nothing is computed: the technique
-    costs nothing. Reference log-probs are computed under ``no_grad`` for each micro-batch, with
-    the same temperature scaling as the policy's (``batch.temperature``).
+    starting weights. When the policy trains LoRA adapters (``model.lora``) and no
+    ``reference_path`` is given, the reference is the policy itself with its adapters off (its frozen
+    base, :meth:`LitePPO.adapters_disabled`): nothing is loaded and no second copy is held. With
+    ``coef == 0`` nothing is loaded and nothing is computed: the technique costs nothing. Reference
+    log-probs are computed under ``no_grad`` for each micro-batch, with the same temperature scaling
+    as the policy's (``batch.temperature``).
 
     The term is aggregated exactly like the surrogate (the configured loss aggregation) and logged
     by the module as ``loss/kl``; this callback also logs the raw token-mean estimate ``kl/ref_kl``
@@ -57,22 +60,30 @@ class KLPenalty(Technique):
         self.reference_path = reference_path
         self.clamp = clamp
         self.reference: torch.nn.Module | None = None
+        self.reference_is_base = False  # the policy's own frozen base (LoRA): scored with the adapters off
 
     # -- reference model -----------------------------------------------------------------------------
     @override
     def on_fit_start(self, trainer, pl_module) -> None:
         if self.coef > 0 and self.reference is None:
+            if self.reference_path is None and getattr(pl_module, "has_adapters", False):
+                self.reference_is_base = True
+                return
             # Laid out like the policy: partitioned over the ranks under ZeRO-3.
             self.reference = pl_module.load_frozen_model(self.reference_path or pl_module.model_path)
 
     @override
     def on_fit_end(self, trainer, pl_module) -> None:
         self.reference = None  # free the memory
+        self.reference_is_base = False
 
     @torch.no_grad()
     def reference_logprobs(self, module, batch: RolloutBatch) -> torch.Tensor:
         """log pi_ref of the response tokens of ``batch``: [b, R] (zero on padding), scored exactly
         as the module scores the policy (same positions, temperature, packing)."""
+        if self.reference_is_base:
+            with module.adapters_disabled():
+                return module.score_responses(batch, with_entropy=False)[0]
         if self.reference is None:
             raise RuntimeError("KLPenalty has no reference model: it is loaded at fit start when coef > 0")
         return module.score_responses(batch, model=self.reference, with_entropy=False)[0]

@@ -147,6 +147,7 @@ COMPUTED = ["loss/policy", "update/grad_norm", "policy/entropy", "policy/approx_
 
 @glibc_only
 @pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.numerics
 def test_training_computes_the_same_bits_with_and_without(tmp_path):
     model = resolve_model("builtin:tiny-arith")  # the smoke model: it earns rewards, so gradients are not 0

@@ -62,6 +62,7 @@ def run_check(
 
 
 @pytest.mark.slow
+@pytest.mark.extended
 def test_cpu_dry_run_passes_and_skips_the_cuda_only_checks(tmp_path):
     """``gpu_check.py --device cpu --quick``: exit 0, every CPU check passing, every vLLM check skipped
     as CUDA only, and the terminal shows the report (the final table), not the libraries' output.

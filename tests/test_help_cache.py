@@ -196,6 +196,7 @@ def _on_terminal(argv: list[str], env: dict[str, str], columns: int = 100) -> tu
 
 
 @pytest.mark.slow
+@pytest.mark.extended
 def test_cached_help_is_byte_identical_to_the_real_help(tmp_path: Path) -> None:
     """Two processes build LightningCLI's parser (~6 s each): the uncached help and the first cached
     call (which runs it once more in a child, ~12 s together); the third call reads the cache."""

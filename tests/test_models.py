@@ -212,6 +212,7 @@ def test_registry_local_paths(tmp_path: Path, tiny_path: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.vllm
 def test_tiny_loads_in_vllm_with_hf_logprobs(tiny_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("vllm")

@@ -132,6 +132,7 @@ def _signal_after_step(tmp: Path, signum: signal.Signals, after: int = 2) -> tup
     return proc.returncode, log.read_text(), tmp / "ckpt" / "last.ckpt", marker
 
 
+@pytest.mark.extended
 def test_sigterm_mid_run_exits_143_and_resume_equals_the_uninterrupted_run(tmp_path, uninterrupted):
     status, stderr, last, marker = _signal_after_step(tmp_path, signal.SIGTERM)
     assert status == 143, stderr[-3000:]

@@ -119,7 +119,9 @@ def test_rebuild_says_whether_it_matches_the_shipped_weights(tmp_path, monkeypat
     with pytest.raises(SystemExit) as stop:
         main(["builtin:tiny", "--rebuild"])
     assert stop.value.code == 2
-    assert "only builtin:tiny-arith is rebuilt" in capsys.readouterr().err
+    assert (
+        "only builtin:tiny-arith, builtin:testbed-base, builtin:testbed-aligned are rebuilt" in capsys.readouterr().err
+    )
 
 
 # ----------------------------------------------------------------------------------------- slow
@@ -308,6 +310,7 @@ def test_dynamic_sampling_trains_only_mixed_groups(tmp_path, tiny_arith_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.numerics
 def test_lite_ppo_raises_the_training_reward(tmp_path, tiny_arith_path):
     """A short Lite PPO run on the smoke model raises the logged training accuracy.

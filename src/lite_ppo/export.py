@@ -1,6 +1,6 @@
 """Export a trained policy as a Hugging Face folder (``save_pretrained`` layout plus the tokenizer).
 
-    lite-ppo export-hf runs/ckpt/epoch=0-step=200.ckpt exported/ [--model builtin:tiny] [--dtype bfloat16]
+    lite-ppo export-hf runs/ckpt/epoch=0-step=200.ckpt exported/ [--model builtin:tiny] [--dtype bfloat16] [--adapter]
 
 The checkpoint is what Lightning wrote during ``fit`` (a DeepSpeed ZeRO folder or a single file),
 read by :mod:`lite_ppo.checkpoint_reader`; the weights go into a model built from the base model's
@@ -9,6 +9,13 @@ config by :func:`lite_ppo.models.loading.load_causal_lm` (tied ``lm_head`` handl
 The base model (config, tokenizer, generation config) comes from ``--model`` or, by default, from
 the ``model_path`` hyper-parameter stored in the checkpoint. The result loads with
 ``AutoModelForCausalLM.from_pretrained`` and in vLLM (``LLM(model=OUT_DIR)``).
+
+A LoRA run (``model.lora`` in the checkpoint's hyper-parameters) is exported merged by default: the
+adapters are folded into the base weights (``W + scale * B @ A`` in float32, then ``--dtype``), a
+plain model of the base architecture. ``--adapter`` writes peft's adapter folder instead
+(``adapter_config.json`` + ``adapter_model.safetensors``, float32 unless ``--dtype`` says otherwise,
+and the tokenizer): it loads with ``PeftModel.from_pretrained(base, OUT_DIR)``, or with
+``AutoModelForCausalLM.from_pretrained(OUT_DIR)`` when peft is installed.
 """
 
 from __future__ import annotations
@@ -23,7 +30,11 @@ DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 
 def export_hf(
-    checkpoint: str | os.PathLike, out_dir: str | os.PathLike, model: str | None = None, dtype: str = "auto"
+    checkpoint: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    model: str | None = None,
+    dtype: str = "auto",
+    adapter: bool = False,
 ) -> Path:
     """Write ``out_dir`` (config, safetensors weights, tokenizer, generation config) from ``checkpoint``.
 
@@ -33,6 +44,8 @@ def export_hf(
         model: the base model (local HF folder or ``builtin:*``) for config and tokenizer; default:
             the ``model_path`` stored in the checkpoint.
         dtype: ``auto`` (the base model's config dtype, else float32), ``float32``, ``bfloat16``, ``float16``.
+        adapter: for a LoRA run, write peft's adapter folder rather than the merged model
+            (``auto`` keeps the adapters in float32).
 
     Returns:
         ``out_dir`` as a Path.
@@ -41,8 +54,10 @@ def export_hf(
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
     from lite_ppo.checkpoint_reader import read_checkpoint
+    from lite_ppo.errors import UserError
     from lite_ppo.models import resolve_model
     from lite_ppo.models.loading import DTYPES, load_causal_lm
+    from lite_ppo.models.lora import LoraSettings, lora_policy
 
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
     client, weights = read_checkpoint(checkpoint, lazy=True)
@@ -51,16 +66,30 @@ def export_hf(
     if not model:
         raise ValueError("the checkpoint stores no model_path: pass --model (the base model the run started from)")
     base = resolve_model(model)
+    lora = LoraSettings.from_config(hparams.get("lora"))
+    if adapter and lora is None:
+        raise UserError(f"export-hf --adapter: {checkpoint} trained the full weights (no model.lora); drop --adapter")
     if dtype == "auto":
         config = AutoConfig.from_pretrained(base)
         torch_dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32
         torch_dtype = DTYPES.get(torch_dtype, torch.float32) if isinstance(torch_dtype, str) else torch_dtype
     else:
         torch_dtype = DTYPES[dtype]
-    policy = load_causal_lm(model, torch_dtype, weights=weights, source=f"checkpoint {checkpoint}")
-
+    source = f"checkpoint {checkpoint}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    policy.save_pretrained(out_dir)
+    if lora is None:
+        load_causal_lm(model, torch_dtype, weights=weights, source=source).save_pretrained(out_dir)
+    elif adapter:
+        peft_model = lora_policy(model, lora, weights, torch.float32, source=source)
+        if dtype != "auto":
+            peft_model.to(torch_dtype)
+        else:
+            torch_dtype = torch.float32
+        peft_model.save_pretrained(out_dir)  # the adapters only, with the base model's folder in its config
+    else:
+        # Merged in float32 (peft's merge_and_unload: W += scale * B @ A), then cast once.
+        merged = lora_policy(model, lora, weights, torch.float32, source=source).merge_and_unload()
+        merged.to(torch_dtype).save_pretrained(out_dir)
     AutoTokenizer.from_pretrained(base).save_pretrained(out_dir)  # the base tokenizer's files as they are
     try:
         GenerationConfig.from_pretrained(base).save_pretrained(out_dir)
@@ -72,7 +101,10 @@ def export_hf(
         "global_step": client.get("global_step"),
         "policy_version": client.get("policy_version"),
         "dtype": str(torch_dtype).removeprefix("torch."),
+        "kind": "full" if lora is None else "lora-adapter" if adapter else "lora-merged",
     }
+    if lora is not None:
+        info["lora"] = lora.as_config()
     (out_dir / "lite_ppo_export.json").write_text(json.dumps(info, indent=2) + "\n")
     return out_dir
 
@@ -91,8 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dtype", default="auto", choices=["auto", *DTYPE_NAMES], help="weights dtype (auto: the base model's)"
     )
+    parser.add_argument(
+        "--adapter",
+        action="store_true",
+        help="for a LoRA run (model.lora): write the peft adapter folder instead of the merged model",
+    )
     args = parser.parse_args(argv)
-    out = export_hf(args.checkpoint, args.out_dir, model=args.model, dtype=args.dtype)
+    out = export_hf(args.checkpoint, args.out_dir, model=args.model, dtype=args.dtype, adapter=args.adapter)
     print(out)
     return 0
 

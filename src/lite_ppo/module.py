@@ -16,6 +16,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lite_ppo import metric_names as names
 from lite_ppo.errors import UserError
 from lite_ppo.models import load_causal_lm, load_tokenizer, resolve_model
+from lite_ppo.models.lora import LoraSettings, is_lora_model
 from lite_ppo.ops import (
     MINI_BATCH_SPLITS,
     aggregate_loss,
@@ -132,6 +133,10 @@ class LitePPO(LightningModule):
             DeepSpeed); the same update up to float rounding, several times faster on CPU.
         engine_logprob_tolerance: largest mean |log pi_trainer - log pi_engine| per token (nats)
             for which ``engine`` uses the engine's log-probs.
+        lora: ``{r, alpha, dropout, target_modules}`` to train LoRA adapters through peft instead of
+            the full weights (``lite_ppo.models.lora``): the base is frozen and only the adapters are
+            in the optimizer; ``KLPenalty`` then scores its reference with the adapters off (no
+            second copy). ``None`` (default): full fine-tuning. Checked before any weights load.
 
     Example::
 
@@ -162,6 +167,7 @@ class LitePPO(LightningModule):
         old_logprobs: Literal["reuse_first", "recompute", "engine"] = "reuse_first",
         engine_logprob_tolerance: float = 1e-3,
         fused_optimizer: bool = True,
+        lora: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if num_mini_batches < 1 or micro_batch_size < 1:
@@ -180,6 +186,7 @@ class LitePPO(LightningModule):
             raise UserError(f"model.mini_batch_split={mini_batch_split!r}: choose group or row")
         if old_logprobs not in ("reuse_first", "recompute", "engine"):
             raise UserError(f"model.old_logprobs={old_logprobs!r}: choose reuse_first, recompute or engine")
+        self.lora = LoraSettings.from_config(lora)  # its values refused here, its targets before the weights load
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.model_path = model_path
@@ -208,6 +215,8 @@ class LitePPO(LightningModule):
         if self.policy is not None:
             return
         path = resolve_model(self.hparams.model_path)
+        if self.lora is not None:  # from the config alone: a misspelt module fails before the weights load
+            self.lora.check_targets(self.hparams.model_path)
         self.model_path = path
         self.tokenizer = load_tokenizer(path)
         # Under ZeRO-3 (Lightning runs this inside deepspeed.zero.Init) transformers must know, so it
@@ -218,6 +227,8 @@ class LitePPO(LightningModule):
         # as the policy, which is used after fit too (validate, test, generation); None elsewhere.
         self._hf_zero3_token = zero3_token
         self.policy.config.use_cache = False
+        if self.lora is not None:
+            self.policy = self.lora.wrap(self.policy)  # base frozen, adapters trainable
         # from_pretrained returns eval mode; train mode matters for gradient checkpointing. The
         # supported causal LMs (Llama, Qwen, SmolLM2) have no dropout, so old and new log-probs agree.
         self.policy.train()
@@ -250,10 +261,21 @@ class LitePPO(LightningModule):
         model.__dict__["_lite_ppo_deepspeed_engine"] = engine
         return model
 
+    @property
+    def has_adapters(self) -> bool:
+        """Whether the policy trains LoRA adapters on a frozen base (``model.lora``)."""
+        return self.policy is not None and is_lora_model(self.policy)
+
+    def adapters_disabled(self):
+        """A context in which the policy computes its frozen base model (the adapters off), for a
+        reference policy without a second copy; a no-op context without adapters."""
+        return self.policy.disable_adapter() if self.has_adapters else contextlib.nullcontext()
+
     def configure_optimizers(self):
         set_gradient_clipping(self._trainer, self.hparams.max_grad_norm)  # DeepSpeed clips inside step()
         optimizer = adamw_class(self._trainer, fused=self.hparams.fused_optimizer)(
-            self.policy.parameters(),
+            # All of them under full fine-tuning; the adapters only with LoRA (no state for frozen weights).
+            [p for p in self.policy.parameters() if p.requires_grad],
             lr=self.hparams.lr,
             betas=tuple(self.hparams.betas),
             weight_decay=self.hparams.weight_decay,

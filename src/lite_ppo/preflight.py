@@ -21,6 +21,9 @@ loads). It reads only settings and the model's ``config.json`` (no weights), and
 - the context (the model's ``max_position_embeddings``, or the engine's ``max_model_len`` when
   smaller) holds ``rollout.sampling.max_new_tokens`` (and ``eval_sampling``'s) plus at least one
   prompt token, and ``rollout.max_prompt_tokens`` plus them when set.
+- ``model.lora`` is not combined with DeepSpeed: the merged-weight sync and the adapters-off
+  reference read whole tensors, which ZeRO-3 partitions (the values and target modules of
+  ``model.lora`` are checked by ``lite_ppo.models.lora``, also before the weights load).
 
 Example:
     >>> check_fit_settings(trainer, module)   # doctest: +SKIP
@@ -50,6 +53,7 @@ def check_fit_settings(trainer: Trainer, module: LightningModule) -> None:
     hp = module.hparams
     _check_optimization(hp, trainer)
     _check_techniques(hp, trainer)
+    _check_lora(hp, trainer)
     rollout = _rollout_callback(trainer)
     _check_batch_shape(hp, trainer, rollout)
     if rollout is not None:
@@ -125,6 +129,16 @@ def _check_techniques(hp: Any, trainer: Trainer) -> None:
         raise
     except ValueError as error:  # the hook contract's own one-line messages name the techniques
         raise UserError(str(error)) from error
+
+
+def _check_lora(hp: Any, trainer: Trainer) -> None:
+    from lite_ppo.strategies.zero import deepspeed_strategy
+
+    if getattr(hp, "lora", None) is not None and deepspeed_strategy(trainer) is not None:
+        raise UserError(
+            "model.lora does not run under DeepSpeed (ZeRO-3): use the default strategy or ddp, where the frozen "
+            "base is held once per rank and only the adapters have gradients and optimizer state"
+        )
 
 
 def _check_batch_shape(hp: Any, trainer: Trainer, rollout: Any) -> None:

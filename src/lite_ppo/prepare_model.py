@@ -4,14 +4,17 @@ Example::
 
     lite-ppo prepare-model builtin:smollm2-135m-instruct     # prints ~/.cache/lite_ppo/models/smollm2-135m-instruct
     lite-ppo prepare-model builtin:tiny-arith --rebuild      # pre-trains it again, compares with the shipped weights
+    lite-ppo prepare-model builtin:testbed-aligned --rebuild
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
-REBUILDABLE = "builtin:tiny-arith"
+# The builtins that ship pre-trained weights; --rebuild re-runs their pre-training for provenance.
+REBUILDABLE = ("builtin:tiny-arith", "builtin:testbed-base", "builtin:testbed-aligned")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,53 +25,66 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "name",
         help=(
-            "a builtin model (builtin:tiny, builtin:tiny-qwen3, builtin:tiny-arith, "
-            "builtin:smollm2-135m-instruct) or a local Hugging Face folder to check"
+            "a builtin model (builtin:tiny, builtin:tiny-qwen3, builtin:tiny-arith, builtin:testbed-base, "
+            "builtin:testbed-aligned, builtin:smollm2-135m-instruct) or a local Hugging Face folder to check"
         ),
     )
     parser.add_argument(
         "--rebuild",
         action="store_true",
         help=(
-            f"{REBUILDABLE} only: run its supervised pre-training from scratch (500 steps on one thread, "
-            "a few minutes) into --out instead of using the shipped weights, and say whether the result "
-            "has the shipped weights' checksum (a CPU with other vector units rounds differently)"
+            f"{', '.join(REBUILDABLE)} only: run its supervised pre-training again (a few minutes on one "
+            "thread) into --out instead of using the shipped weights, and say whether the result has the "
+            "shipped weights' checksum (a CPU with other vector units rounds differently)"
         ),
     )
     parser.add_argument(
-        "--out", default=None, help="with --rebuild: the folder to write (default: <model cache>/tiny-arith-rebuilt)"
+        "--out", default=None, help="with --rebuild: the folder to write (default: <model cache>/<name>-rebuilt)"
     )
     args = parser.parse_args(argv)
     if args.out is not None and not args.rebuild:
         parser.error("--out goes with --rebuild")
-    if args.rebuild and args.name != REBUILDABLE:
-        parser.error(f"--rebuild: only {REBUILDABLE} is rebuilt from scratch, got {args.name!r}")
+    if args.rebuild and args.name not in REBUILDABLE:
+        parser.error(f"--rebuild: only {', '.join(REBUILDABLE)} are rebuilt (pre-trained), got {args.name!r}")
     if args.rebuild:
-        return _rebuild_tiny_arith(args.out)
+        return _rebuild(args.name, args.out)
     from lite_ppo.models import resolve_model  # transformers: only when the command runs
 
     print(resolve_model(args.name))
     return 0
 
 
-def _rebuild_tiny_arith(out: str | None) -> int:
-    from lite_ppo.models import cache_dir, tiny_arith
+def _recipe(name: str) -> tuple[Callable[[str], str], str, str]:
+    """(build into a folder, what the build does, the shipped checksum) of a rebuildable builtin."""
+    if name == "builtin:tiny-arith":
+        from lite_ppo.models import tiny_arith
 
-    folder = out or str(cache_dir() / "tiny-arith-rebuilt")
-    config = tiny_arith.DEFAULT_PRETRAIN
-    print(
-        f"lite-ppo: rebuilding {REBUILDABLE} in {folder}: {config.steps} pre-training steps on one thread",
-        file=sys.stderr,
-        flush=True,
-    )
-    tiny_arith.build_tiny_arith_model(folder, config)
-    built, shipped = tiny_arith.weights_digest(folder), tiny_arith.shipped_digest()
+        config = tiny_arith.DEFAULT_PRETRAIN
+        what = f"{config.steps} pre-training steps on one thread"
+        return (lambda folder: tiny_arith.build_tiny_arith_model(folder, config)), what, tiny_arith.shipped_digest()
+    from lite_ppo.models import testbed
+
+    init = name.rsplit("-", 1)[1]  # builtin:testbed-base -> base
+    config = testbed.DEFAULT_PRETRAIN[init]
+    what = f"{config.steps} pre-training steps on one thread from the shipped builtin:{config.start} weights"
+    return (lambda folder: testbed.build_testbed_model(folder, init, config)), what, testbed.shipped_digest(init)
+
+
+def _rebuild(name: str, out: str | None) -> int:
+    from lite_ppo.models import cache_dir
+    from lite_ppo.models.pretraining import weights_digest
+
+    folder = out or str(cache_dir() / f"{name.removeprefix('builtin:')}-rebuilt")
+    build, what, shipped = _recipe(name)
+    print(f"lite-ppo: rebuilding {name} in {folder}: {what}", file=sys.stderr, flush=True)
+    build(folder)
+    built = weights_digest(folder)
     if built == shipped:
         print(f"lite-ppo: the rebuilt weights equal the shipped ones (sha256 {built})", file=sys.stderr)
     else:
         print(
             f"lite-ppo: the rebuilt weights differ from the shipped ones (sha256 {built}, shipped {shipped}): "
-            f"this CPU rounds the pre-training differently; {REBUILDABLE} keeps using the shipped weights",
+            f"this CPU rounds the pre-training differently; {name} keeps using the shipped weights",
             file=sys.stderr,
         )
     print(folder)

@@ -23,6 +23,7 @@ import torch
 
 __all__ = [
     "GatherStats",
+    "checkpoint_items",
     "is_partitioned_model",
     "iter_gathered_buckets",
     "iter_gathered_state",
@@ -111,7 +112,7 @@ def plan_buckets(
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 
-def _checkpoint_items(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+def checkpoint_items(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     """``state_dict`` names (wrapper prefixes removed) -> the live parameters/buffers (not copies).
 
     In ``state_dict`` order, except that a tensor's other names (tied ``lm_head.weight``) follow its
@@ -144,7 +145,7 @@ def iter_gathered_buckets(
     stats: GatherStats | None = None,
     group_by: Callable[[str], str] | None = None,
 ) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Yield ``module``'s ``state_dict`` entries (see :func:`_checkpoint_items`) as buckets of full
+    """Yield ``module``'s ``state_dict`` entries (see :func:`checkpoint_items`) as buckets of full
     tensors, gathering ZeRO-3 partitioned parameters one bucket of at most ``bucket_bytes`` at a time.
 
     A yielded bucket's tensors alias the gathered parameters: they are valid only until the next
@@ -153,7 +154,7 @@ def iter_gathered_buckets(
     nothing is gathered (``stats`` still counts the buckets). Arguments as in
     :func:`iter_gathered_state`.
     """
-    items = _checkpoint_items(module)
+    items = checkpoint_items(module)
     partitioned_any = any(_is_partitioned(t) for _, t in items)
     if partitioned_any:
         from deepspeed.runtime.zero.partition_parameters import GatheredParameters

@@ -1,6 +1,7 @@
 """Per-tier problem pools: a training stream addressed by prompt position, and a held-out split.
 
-A pool is built from a source spec: ``"synthetic:<easy|medium|hard>"``, a registered dataset name
+A pool is built from a source spec: ``"synthetic:<easy|medium|hard>"``, the testbed's
+``"testbed:<easy|medium|hard>"`` (:mod:`lite_ppo.data.testbed`), a registered dataset name
 (``"paper:easy"``, ``"paper:hard"``, ``"gsm8k"``...; :mod:`lite_ppo.data.registry`) or a data file
 path. The held-out split is drawn once from the seed, and training never yields a held-out problem
 text.
@@ -17,9 +18,11 @@ from pathlib import Path
 from lite_ppo.data import registry
 from lite_ppo.data.jsonl import DataFormatError, load_problems
 from lite_ppo.data.problem import Problem
-from lite_ppo.data.synthetic import EASY_CAPACITY, TIERS, SyntheticSource
+from lite_ppo.data.synthetic import FAMILIES, TIERS, SyntheticSource, family_capacity
 
 SYNTHETIC_PREFIX = "synthetic:"
+# ``<family>:<tier>`` for every generated task family: synthetic:easy, testbed:hard, ...
+FAMILY_PREFIXES = {f"{family}:": family for family in FAMILIES}
 
 
 class TierPool(ABC):
@@ -85,10 +88,11 @@ class FilePool(TierPool):
 
 
 class SyntheticPool(TierPool):
-    """Synthetic problems: held out from the ``"heldout"`` stream, trained on the ``"train"`` stream.
+    """Generated problems: held out from the ``"heldout"`` stream, trained on the ``"train"`` stream.
 
     The training stream excludes every held-out text; this matters for ``easy``, which has only
-    a few thousand distinct problems, so independent streams would overlap.
+    a few thousand distinct problems, so independent streams would overlap. ``family`` is the task
+    family (``"synthetic"`` or ``"testbed"``, see :class:`~lite_ppo.data.synthetic.SyntheticSource`).
 
     Example:
         >>> pool = SyntheticPool("easy", "easy", seed=42, val_size=3)
@@ -96,14 +100,15 @@ class SyntheticPool(TierPool):
         ('synthetic-easy-0', 3)
     """
 
-    def __init__(self, tier: str, difficulty: str, seed: int, val_size: int) -> None:
+    def __init__(self, tier: str, difficulty: str, seed: int, val_size: int, family: str = "synthetic") -> None:
         self.tier = tier
-        if difficulty == "easy" and val_size > EASY_CAPACITY // 4:
-            limit = EASY_CAPACITY // 4  # keep most of the few distinct easy problems for training
+        capacity = family_capacity(family, difficulty)
+        if capacity is not None and val_size > capacity // 4:
+            limit = capacity // 4  # keep most of the few distinct easy problems for training
             raise ValueError(
-                f"sources[{tier!r}]: val_size={val_size} is too large for synthetic easy (at most {limit})"
+                f"sources[{tier!r}]: val_size={val_size} is too large for {family} {difficulty} (at most {limit})"
             )
-        heldout_source = SyntheticSource(difficulty, seed, stream="heldout")
+        heldout_source = SyntheticSource(difficulty, seed, stream="heldout", family=family)
         self._held: list[Problem] = []
         texts: set[str] = set()
         index = 0
@@ -113,7 +118,7 @@ class SyntheticPool(TierPool):
             if problem.problem not in texts:
                 texts.add(problem.problem)
                 self._held.append(self._retier(problem))
-        self._train = SyntheticSource(difficulty, seed, stream="train", exclude=frozenset(texts))
+        self._train = SyntheticSource(difficulty, seed, stream="train", exclude=frozenset(texts), family=family)
 
     def _retier(self, problem: Problem) -> Problem:
         # The tier is the data module's name for the source ("warmup" may be synthetic:easy).
@@ -134,7 +139,8 @@ def build_pool(
 
     Args:
         tier: the data module's name for the source.
-        spec: ``"synthetic:<tier>"``, a registered dataset name (``"paper:hard"``) or a file path.
+        spec: ``"synthetic:<tier>"``, ``"testbed:<tier>"``, a registered dataset name (``"paper:hard"``)
+            or a file path.
         seed, val_size: see :class:`FilePool`.
         data_dir: a folder of files in the schema that wins over the shipped / cached copies of
             registered datasets (``easy.jsonl``, ``medium.jsonl``, ``hard.jsonl``, ...).
@@ -147,20 +153,21 @@ def build_pool(
     """
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"sources[{tier!r}]: expected 'synthetic:<tier>', a dataset name or a file path, got {spec!r}")
-    if spec.startswith(SYNTHETIC_PREFIX):
-        difficulty = spec[len(SYNTHETIC_PREFIX) :]
-        if difficulty not in TIERS:
-            choices = ", ".join(SYNTHETIC_PREFIX + t for t in TIERS)
-            raise ValueError(f"sources[{tier!r}]: unknown synthetic tier {difficulty!r}; use one of {choices}")
-        return SyntheticPool(tier, difficulty, seed, val_size)
+    for prefix, family in FAMILY_PREFIXES.items():
+        if spec.startswith(prefix):
+            difficulty = spec[len(prefix) :]
+            if difficulty not in TIERS:
+                choices = ", ".join(prefix + t for t in TIERS)
+                raise ValueError(f"sources[{tier!r}]: unknown {family} tier {difficulty!r}; use one of {choices}")
+            return SyntheticPool(tier, difficulty, seed, val_size, family)
     if registry.is_dataset_name(spec):
         problems = _load_dataset(tier, spec, data_dir)
         return FilePool(tier, problems, seed, val_size, name=spec)
     path = Path(os.path.expanduser(spec))
     if not path.is_file():
         raise registry.UserError(
-            f"data.sources[{tier!r}]: no such file {spec!r} (and it is not 'synthetic:<tier>' or a dataset name: "
-            f"{', '.join(registry.DATASETS)})"
+            f"data.sources[{tier!r}]: no such file {spec!r} (and it is not 'synthetic:<tier>', 'testbed:<tier>' "
+            f"or a dataset name: {', '.join(registry.DATASETS)})"
         )
     return FilePool(tier, load_problems(path, tier=tier), seed, val_size, name=str(path))
 

@@ -135,16 +135,49 @@ def _hard(rng: random.Random) -> GeneratedItem:
 GENERATORS: dict[str, Callable[[random.Random], GeneratedItem]] = {"easy": _easy, "medium": _medium, "hard": _hard}
 
 
-def generate(tier: str, rng: random.Random) -> GeneratedItem:
-    """Draw one item of ``tier`` from ``rng``.
+# The task families a SyntheticSource draws from: these mixed arithmetic and word problems, and the
+# testbed's column additions (lite_ppo.data.testbed), named ``synthetic:<tier>`` / ``testbed:<tier>``.
+FAMILIES = ("synthetic", "testbed")
+
+
+def family_generators(family: str) -> dict[str, Callable[[random.Random], GeneratedItem]]:
+    """The tier -> generator table of a task family.
+
+    Example:
+        >>> sorted(family_generators("testbed"))
+        ['easy', 'hard', 'medium']
+    """
+    if family == "synthetic":
+        return GENERATORS
+    if family == "testbed":
+        from lite_ppo.data.testbed import GENERATORS as TESTBED  # lazy: testbed imports GeneratedItem from here
+
+        return TESTBED
+    raise ValueError(f"unknown task family {family!r}; choose one of {', '.join(FAMILIES)}")
+
+
+def family_capacity(family: str, tier: str) -> int | None:
+    """How many distinct problems a tier has when that is small enough to matter (else None)."""
+    if tier != "easy":
+        return None
+    if family == "synthetic":
+        return EASY_CAPACITY
+    from lite_ppo.data.testbed import EASY_CAPACITY as TESTBED_EASY
+
+    return TESTBED_EASY
+
+
+def generate(tier: str, rng: random.Random, family: str = "synthetic") -> GeneratedItem:
+    """Draw one item of ``tier`` of a task family from ``rng``.
 
     Example:
         >>> generate("easy", random.Random(0)).text
         'What is 98 - 50?'
     """
-    if tier not in GENERATORS:
-        raise ValueError(f"unknown synthetic tier {tier!r}; choose one of {', '.join(TIERS)}")
-    return GENERATORS[tier](rng)
+    generators = family_generators(family)
+    if tier not in generators:
+        raise ValueError(f"unknown {family} tier {tier!r}; choose one of {', '.join(TIERS)}")
+    return generators[tier](rng)
 
 
 class SyntheticSource:
@@ -152,11 +185,13 @@ class SyntheticSource:
 
     Args:
         tier: ``"easy"``, ``"medium"`` or ``"hard"``.
-        seed: selects the sequence; the same ``(tier, seed, stream)`` always gives the same problems.
+        seed: selects the sequence; the same ``(family, tier, seed, stream)`` always gives the same problems.
         stream: a name for an independent sequence under the same seed (the data module draws its
             held-out problems from ``stream="heldout"``); ids outside ``"train"`` carry the name.
         exclude: problem texts never to produce (held-out problems); an excluded draw is redrawn
             from a sub-seed, so the problem at an index stays deterministic.
+        family: ``"synthetic"`` (the tiers above; ids ``synthetic-<tier>-<i>``) or ``"testbed"``
+            (the testbed's column additions, :mod:`lite_ppo.data.testbed`; ids ``testbed-<tier>-<i>``).
 
     Example:
         >>> source = SyntheticSource("easy", seed=42)
@@ -165,33 +200,43 @@ class SyntheticSource:
         ('synthetic-easy-7', 'easy', True)
     """
 
-    def __init__(self, tier: str, seed: int = 0, stream: str = "train", exclude: frozenset[str] = frozenset()) -> None:
-        if tier not in GENERATORS:
-            raise ValueError(f"unknown synthetic tier {tier!r}; choose one of {', '.join(TIERS)}")
+    def __init__(
+        self,
+        tier: str,
+        seed: int = 0,
+        stream: str = "train",
+        exclude: frozenset[str] = frozenset(),
+        family: str = "synthetic",
+    ) -> None:
+        if tier not in family_generators(family):
+            raise ValueError(f"unknown {family} tier {tier!r}; choose one of {', '.join(TIERS)}")
         self.tier, self.seed, self.stream, self.exclude = tier, seed, stream, frozenset(exclude)
-        if tier == "easy" and len(self.exclude) > EASY_CAPACITY // 2:
-            raise ValueError(f"excluding {len(self.exclude)} texts leaves too few of the {EASY_CAPACITY} easy problems")
+        self.family = family
+        capacity = family_capacity(family, tier)
+        if capacity is not None and len(self.exclude) > capacity // 2:
+            raise ValueError(f"excluding {len(self.exclude)} texts leaves too few of the {capacity} {tier} problems")
 
     def _item(self, index: int) -> GeneratedItem:
         for attempt in range(10_000):
-            rng = random.Random(f"lite-ppo:synthetic:{self.tier}:{self.seed}:{self.stream}:{index}:{attempt}")
-            item = generate(self.tier, rng)
+            rng = random.Random(f"lite-ppo:{self.family}:{self.tier}:{self.seed}:{self.stream}:{index}:{attempt}")
+            item = generate(self.tier, rng, self.family)
             if item.text not in self.exclude:
                 return item
-        raise RuntimeError(f"synthetic {self.tier}: every redraw of index {index} is excluded")
+        raise RuntimeError(f"{self.family} {self.tier}: every redraw of index {index} is excluded")
 
     def problem(self, index: int) -> Problem:
-        """The problem at ``index`` (any non-negative int), id ``synthetic-<tier>-<index>``."""
+        """The problem at ``index`` (any non-negative int), id ``<family>-<tier>-<index>``."""
         if index < 0:
             raise ValueError(f"index must be >= 0, got {index}")
         item = self._item(index)
-        prefix = f"synthetic-{self.tier}" if self.stream == "train" else f"synthetic-{self.tier}-{self.stream}"
+        name = f"{self.family}-{self.tier}"
+        prefix = name if self.stream == "train" else f"{name}-{self.stream}"
         return Problem(
             id=f"{prefix}-{index}",
             problem=item.text,
             answer=str(item.answer),
             tier=self.tier,
-            source="synthetic",
+            source=self.family,
             metadata={
                 "num_operations": len(item.operands) - 1,
                 "max_operand": max(item.operands),

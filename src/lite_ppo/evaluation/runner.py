@@ -48,7 +48,8 @@ def load_policy_module(model: str, base_model: str | None = None, dtype: str = "
         model_path = base_model or hparams.get("model_path")
         if not model_path:
             raise ValueError(f"{path}: the checkpoint records no model_path; pass --base-model")
-        module = LitePPO(model_path=model_path, torch_dtype=dtype)
+        # A LoRA run's checkpoint holds the peft model's tensors: the same adapters are added first.
+        module = LitePPO(model_path=model_path, torch_dtype=dtype, lora=hparams.get("lora"))
         module.configure_model()
         load_weights(module.policy, state, source=f"checkpoint {path}", model_name=model_path)
         module.policy_version = int(client.get("policy_version", 0))

