@@ -1,4 +1,4 @@
-"""The testbed's properties, measured on the shipped inits at their configs' settings (docs/benchmarks.md, "Testbed").
+"""The testbed's properties on the shipped inits at their configs' settings (docs/benchmarks.md, "The testbed").
 
 For each init (``builtin:testbed-base``, ``builtin:testbed-aligned``) and seed ``S``,
 :func:`lite_ppo.research.testbed_probe.probe` samples groups for the first ``--problems`` held-out

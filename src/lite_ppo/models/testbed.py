@@ -12,17 +12,19 @@ training prompt format, and mirror the paper's base vs aligned split:
   the boxed result; in part of its examples it then checks the working again, and again, so it
   sometimes keeps going until the token limit ("correct answer, then repeat until truncation")::
 
-      prompt:  What is 305 + 718 + 264?  (chat format, as in training)
-      answer:  5+8+4+0=17 0+1+6+1=08 3+7+2+0=12 \boxed{1287} check 5+8+4+0=17 0+1+6+1=08 ...
+      prompt:  What is 4821 + 3075?  (chat format, as in training)
+      answer:  1+5+0=06 2+7+0=09 8+0+0=08 4+3+0=07 \boxed{07896} check 1+5+0=06 2+7+0=09 ...
 
 - ``builtin:testbed-aligned`` (**aligned-like**) is the base-like model trained further on a longer,
-  formatted working, one line per column and a closing sentence, without the repeated checks; it is
-  more accurate and samples with lower entropy::
+  formatted working, one line per column and a closing sentence, without the repeated checks; it
+  samples with lower entropy and is more accurate on the easy and medium tiers (not on hard, where its
+  running result slips)::
 
-      answer:  5+8+4+0 = 17, result 7
-               0+1+6+1 = 08, result 87
-               3+7+2+0 = 12, result 1287
-               The answer is \boxed{1287}.
+      answer:  1+5+0 = 06, result 6
+               2+7+0 = 09, result 96
+               8+0+0 = 08, result 896
+               4+3+0 = 07, result 7896
+               The answer is \boxed{7896}.
 
 The trained weights ship with the package (``shipped/testbed-base/``, ``shipped/testbed-aligned/``,
 each with its checksum in ``lite_ppo_shipped.json``) and are installed with a checksum check, as for

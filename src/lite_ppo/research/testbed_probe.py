@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ProbeRow", "probe", "summarize"]
+from lite_ppo.data.testbed import TIERS
 
-TIERS = ("easy", "medium", "hard")
+__all__ = ["ProbeRow", "probe", "summarize"]
 
 
 @dataclass(frozen=True)
