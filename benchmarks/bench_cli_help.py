@@ -3,7 +3,7 @@
 Each help runs ``--runs`` times as a subprocess of the installed ``lite-ppo`` script; the median is
 printed, with the floor that uncached ``fit`` / ``validate`` / ``test`` cannot go below (LightningCLI
 needs ``import lightning.pytorch``, which imports torch, torchmetrics and, through it, transformers).
-Their help is cached (``lite_ppo.help_cache``), so each of them has three rows: ``cache off``
+Their help is cached (``lite_ppo.cli.help_cache``), so each of them has three rows: ``cache off``
 (``LITE_PPO_HELP_CACHE=0``, the real path every time), ``first call`` (an empty cache: the real help
 in a child process, then stored) and ``cached`` (read from the cache, filled by one untimed call).
 The caches are temporary folders; the user's cache is not touched.
@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from lite_ppo.commands import COMMANDS
-from lite_ppo.help_cache import CACHED_COMMANDS, OFF_ENV
+from lite_ppo.cli.commands import COMMANDS
+from lite_ppo.cli.help_cache import CACHED_COMMANDS, OFF_ENV
 
 
 def wall_time(argv: list[str], env: dict[str, str] | None = None, fresh_cache: bool = False) -> tuple[float, int]:

@@ -26,7 +26,7 @@ workload, side by side, with the ratio to the first label; and it adds the run t
 (default ``runs/bench_steps.json``). Runs with the same label and the same settings accumulate (run
 the labels interleaved for a fair series); a label run with other settings replaces its old runs
 (settings: the configs, the overrides, the step count, and whether the fit keeps freed memory,
-``lite_ppo.allocator``: ``LITE_PPO_RETAIN_FREED_MEMORY=0`` runs it without).
+``lite_ppo.cli.allocator``: ``LITE_PPO_RETAIN_FREED_MEMORY=0`` runs it without).
 
 Training GFLOP/s = 6 x P x T / t_update, where P is the policy's parameter count (tied embeddings
 once), T the non-padding token positions of the forward passes with gradient in the step (each
@@ -58,8 +58,8 @@ import step_meter  # noqa: E402
 import torch  # noqa: E402
 
 from lite_ppo import metric_names as names  # noqa: E402
-from lite_ppo.allocator import retention_enabled  # noqa: E402
 from lite_ppo.cli import main  # noqa: E402
+from lite_ppo.cli.allocator import retention_enabled  # noqa: E402
 from lite_ppo.research.scalars import read_scalars  # noqa: E402
 
 # Tags documented in names.SCALARS that have no constant there (yet).
@@ -220,7 +220,7 @@ def run_once(
             "torch": torch.__version__,
             "loadavg_before": load_before,
             "loadavg_after": os.getloadavg(),
-            "freed_memory_kept": retention_enabled(),  # lite_ppo.allocator (LITE_PPO_RETAIN_FREED_MEMORY)
+            "freed_memory_kept": retention_enabled(),  # lite_ppo.cli.allocator (LITE_PPO_RETAIN_FREED_MEMORY)
         },
     }
 

@@ -10,7 +10,7 @@ push it into a colocated vLLM engine.
 
 For each model (``builtin:tiny``, ``builtin:smollm2-135m-instruct``) and each rank it prints:
 
-- ``gather``: :func:`lite_ppo.weight_gather.iter_gathered_state` alone (bucketed all-gather, no engine);
+- ``gather``: :func:`lite_ppo.strategies.weight_gather.iter_gathered_state` alone (bucketed all-gather, no engine);
 - ``sync``: ``VLLMEngine.sync_weights(policy)``, the project's engine path (the same gather with
   whole-block buckets, a copy in the engine's dtype, vLLM ``reload_weights``, prefix-cache reset);
 - ``push``: ``iter_gathered_state`` fed straight into vLLM's ``reload_weights`` (one pass, lazy,
@@ -91,8 +91,8 @@ def bench(name: str, bucket_bytes: int, repeats: int, engine_on: bool) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from lite_ppo.models import resolve_model
+    from lite_ppo.strategies.weight_gather import iter_gathered_state
     from lite_ppo.strategies.zero import register_hf_zero3
-    from lite_ppo.weight_gather import iter_gathered_state
 
     rank = torch.distributed.get_rank()
     path = resolve_model(MODELS[name])

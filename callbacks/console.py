@@ -8,6 +8,7 @@ import math
 import warnings
 from typing import Any
 
+from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks.progress.rich_progress import RichProgressBar, RichProgressBarTheme
 from typing_extensions import override
 
@@ -81,7 +82,7 @@ class ConsoleProgressBar(RichProgressBar):
 
     # -- quiet libraries -----------------------------------------------------------------------------
     @override
-    def setup(self, trainer, pl_module, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
         # Lightning's own use of a deprecated torch pytree API: nothing a user can act on.
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
@@ -99,7 +100,7 @@ class ConsoleProgressBar(RichProgressBar):
         # lite-ppo's sanity pass is the whole held-out validation (Evaluation.evaluate_before_training).
         return "Validating before training"
 
-    def on_phase(self, trainer, pl_module) -> None:
+    def on_phase(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Called by the module's ``report_phase``: show the phase in the running bar's description.
         Lightning adds validation bars hidden until their first batch is done; a validation of one
         large batch (the held-out problems before training) would show nothing for minutes."""
@@ -122,19 +123,20 @@ class ConsoleProgressBar(RichProgressBar):
         return None, ""
 
     @override
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         step = trainer.fit_loop.total_batch_idx + 1
         if self.summary_every_n_steps and step % self.summary_every_n_steps == 0 and trainer.is_global_zero:
             self.print_summary(self.summary_line(trainer, step))
 
     # -- live metrics and the summary line -------------------------------------------------------------
-    def get_metrics(self, trainer, pl_module) -> dict[str, Any]:
+    @override
+    def get_metrics(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any]:
         items = super().get_metrics(trainer, pl_module)
         items.pop("v_num", None)
         return {LIVE_METRICS.get(k, k): v for k, v in items.items()}
 
-    def summary_line(self, trainer, step: int) -> str:
+    def summary_line(self, trainer: Trainer, step: int) -> str:
         """``step k/N | label value | ... | 12.3 s`` from the metrics logged this step."""
         total = _planned_steps(trainer)
         parts = [f"step {step}/{total}" if total else f"step {step}"]

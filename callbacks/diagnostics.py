@@ -7,15 +7,16 @@ import re
 from typing import Any
 
 import torch
+from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo import metric_names as names
 from lite_ppo.ops.correlation import pearson_correlation
 from lite_ppo.ops.group_outcomes import group_outcome_shares
 from lite_ppo.ops.repetition import repetition_shares
-from lite_ppo.ranks import Ranks
 from lite_ppo.rewards import STATUSES
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique, UpdateStats, techniques_of
 
 CORRECT = "correct"  # the verifier status of a right answer (lite_ppo.rewards.STATUSES)
@@ -26,7 +27,7 @@ class Diagnostics(Technique):
 
     The measurements the paper says technique choices should follow, overall and per difficulty
     tier (``extras["tier"]``). It changes nothing in the batch. The tags and their meanings are
-    documented in one place, :data:`lite_ppo.metric_names.SCALARS` (the README's table is rendered
+    documented in one place, :data:`lite_ppo.metric_names.SCALARS` (docs/tensorboard.md's table is rendered
     from it).
 
     Two views of one step:
@@ -98,18 +99,18 @@ class Diagnostics(Technique):
 
     # -- hooks -----------------------------------------------------------------------------------
     @override
-    def on_fit_start(self, trainer, pl_module) -> None:
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.layout and trainer.global_rank == 0:
             for writer in _tensorboard_writers(trainer):
                 writer.add_custom_scalars(names.CUSTOM_SCALARS_LAYOUT)
                 _write_hparams(writer, run_hparams(trainer, pl_module))
 
     @override
-    def on_rollout(self, trainer, module, batch: RolloutBatch) -> None:
+    def on_rollout(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> None:
         self._generated.append(self.generation_record(batch))  # rewards already shaped by every technique
 
     @override
-    def on_update_end(self, trainer, module, batch: RolloutBatch, stats: UpdateStats) -> None:
+    def on_update_end(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, stats: UpdateStats) -> None:
         generated = self._generated or [self.generation_record(batch)]
         self._generated = []
         ranks = Ranks(trainer)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo.ops.dynamic_sampling import mixed_group_mask
@@ -47,5 +48,5 @@ class DynamicSampling(Technique):
         return batch.rewards.float()
 
     @override
-    def keep_groups(self, trainer, module, batch: RolloutBatch) -> torch.Tensor:
+    def keep_groups(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> torch.Tensor:
         return mixed_group_mask(self.scores(batch), batch.group_ids)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
+from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo import metric_names as names
@@ -82,7 +83,9 @@ class EntropyBonus(Technique):
         return self.target_entropy is not None
 
     @override
-    def extra_loss_terms(self, trainer, module, ctx: MiniBatchContext) -> dict[str, torch.Tensor]:
+    def extra_loss_terms(
+        self, trainer: Trainer, module: LightningModule, ctx: MiniBatchContext
+    ) -> dict[str, torch.Tensor]:
         if ctx.entropy is None:
             raise RuntimeError("EntropyBonus needs the entropy of the policy (MiniBatchContext.entropy)")
         # Recorded as an extremum: the one value of the step, exactly, whatever the number of micro-batches.
@@ -90,7 +93,7 @@ class EntropyBonus(Technique):
         return {"entropy_bonus": entropy_bonus(ctx.entropy, self.coef)}
 
     @override
-    def on_update_end(self, trainer, module, batch: RolloutBatch, stats: UpdateStats) -> None:
+    def on_update_end(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, stats: UpdateStats) -> None:
         if self.adaptive:
             self.coef = next_entropy_coef(
                 self.coef, stats.entropy, self.target_entropy, self.rule, self.rate, self.min_coef, self.max_coef

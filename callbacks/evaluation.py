@@ -7,7 +7,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch import Callback
+from lightning.pytorch import Callback, LightningModule, Trainer
+from typing_extensions import override
 
 from lite_ppo.callbacks.rollout import Rollout
 from lite_ppo.errors import UserError
@@ -115,7 +116,8 @@ class Evaluation(Callback):
         self._records: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ setup
-    def setup(self, trainer, pl_module, stage: str) -> None:
+    @override
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         # The logged values are torchmetrics states already summed over ranks (sync_dist=False on
         # purpose); Lightning still suggests sync_dist whenever a process group exists, which vLLM
         # creates even in a one-process run. Silence that suggestion for these names only.
@@ -170,7 +172,8 @@ class Evaluation(Callback):
                 self.tier_metrics.add_group(tier)
 
     # ------------------------------------------------------------------ validation
-    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+    @override
+    def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         device = trainer.strategy.root_device
         for metrics in (self.metrics, self.tier_metrics):
             metrics.reset()
@@ -178,6 +181,7 @@ class Evaluation(Callback):
         self._batches_seen = 0
         self._records = []
 
+    @override
     def on_validation_batch_end(
         self, trainer, pl_module, outputs, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0
     ) -> None:
@@ -200,7 +204,8 @@ class Evaluation(Callback):
             if self.output_dir is not None:
                 self._records.extend(response_records(group, problems, rollout, valid=valid))
 
-    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+    @override
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         results = self.metrics.compute()
         tiers = self.tier_metrics.compute() if self.tier_metrics.groups else None
         complete = self._batches_seen >= _num_batches(trainer.val_dataloaders)
@@ -258,7 +263,8 @@ class Evaluation(Callback):
                 )
             write_jsonl(folder / f"responses.rank{trainer.global_rank}.jsonl", self._records)
 
-    def on_fit_end(self, trainer, pl_module) -> None:
+    @override
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.is_global_zero or not self.print_table:
             return
         after = self.history[-1] if self.history else None
@@ -289,9 +295,11 @@ class Evaluation(Callback):
             flat.update(flatten(self.tier_prefix, {g: _logged(m) for g, m in tiers["groups"].items()}))
         return flat
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"before": self.before, "history": self.history}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.before = state_dict.get("before")
         self.history = list(state_dict.get("history", []))

@@ -6,14 +6,15 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo import metric_names as names
 from lite_ppo.errors import UserError
 from lite_ppo.ops.token_selection import high_entropy_mask
-from lite_ppo.ranks import Ranks
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique
 
 DENOMINATORS = ("selected", "all")
@@ -77,14 +78,18 @@ class HighEntropyTokens(Technique):
         self.needs_token_level_objective = denominator == "all"
 
     @override
-    def token_weights(self, trainer, module, batch: RolloutBatch, metrics: StepMetrics) -> torch.Tensor | None:
+    def token_weights(
+        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
+    ) -> torch.Tensor | None:
         return self.selected_tokens(trainer, batch, metrics).float() if self.denominator == "all" else None
 
     @override
-    def policy_mask(self, trainer, module, batch: RolloutBatch, metrics: StepMetrics) -> torch.Tensor | None:
+    def policy_mask(
+        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
+    ) -> torch.Tensor | None:
         return self.selected_tokens(trainer, batch, metrics).float() if self.denominator == "selected" else None
 
-    def selected_tokens(self, trainer, batch: RolloutBatch, metrics: StepMetrics) -> torch.Tensor:
+    def selected_tokens(self, trainer: Trainer, batch: RolloutBatch, metrics: StepMetrics) -> torch.Tensor:
         """The selected tokens [B, R] (bool) of this rank, by a quantile over every rank's loss tokens."""
         if batch.old_entropy is None:
             raise RuntimeError("HighEntropyTokens needs batch.old_entropy (the module fills it for needs_old_entropy)")

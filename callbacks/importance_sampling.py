@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo.callbacks.rollout import Rollout
@@ -48,7 +49,7 @@ class TruncatedImportanceSampling(Technique):
         self.cap = float(cap)
 
     @override
-    def on_fit_start(self, trainer, pl_module) -> None:
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Fail before the first (possibly long) generation when the engine cannot report log-probs.
         for rollout in (cb for cb in trainer.callbacks if isinstance(cb, Rollout)):
             engine = rollout.engine
@@ -56,7 +57,9 @@ class TruncatedImportanceSampling(Technique):
                 raise ValueError(_no_logprobs_message(type(engine).__name__))
 
     @override
-    def token_weights(self, trainer, module, batch: RolloutBatch, metrics: StepMetrics) -> torch.Tensor:
+    def token_weights(
+        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
+    ) -> torch.Tensor:
         if batch.engine_logprobs is None:
             raise RuntimeError(_no_logprobs_message("the rollout engine"))
         weights, capped = truncated_importance_weights(

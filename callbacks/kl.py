@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo.ops.kl import KL_ESTIMATORS, kl_estimate
@@ -64,7 +65,7 @@ class KLPenalty(Technique):
 
     # -- reference model -----------------------------------------------------------------------------
     @override
-    def on_fit_start(self, trainer, pl_module) -> None:
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.coef > 0 and self.reference is None:
             if self.reference_path is None and getattr(pl_module, "has_adapters", False):
                 self.reference_is_base = True
@@ -73,7 +74,7 @@ class KLPenalty(Technique):
             self.reference = pl_module.load_frozen_model(self.reference_path or pl_module.model_path)
 
     @override
-    def on_fit_end(self, trainer, pl_module) -> None:
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.reference = None  # free the memory
         self.reference_is_base = False
 
@@ -90,7 +91,9 @@ class KLPenalty(Technique):
 
     # -- hooks ---------------------------------------------------------------------------------------
     @override
-    def extra_loss_terms(self, trainer, module, ctx: MiniBatchContext) -> dict[str, torch.Tensor]:
+    def extra_loss_terms(
+        self, trainer: Trainer, module: LightningModule, ctx: MiniBatchContext
+    ) -> dict[str, torch.Tensor]:
         if self.coef == 0:
             return {}
         kl = kl_estimate(ctx.logprobs, self.reference_logprobs(module, ctx.batch), self.estimator, self.clamp)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import torch
+from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo import metric_names as names
@@ -61,7 +62,7 @@ class KLCov(Technique):
         self.penalized: torch.Tensor | None = None  # [B, R] bool: this step's selection on this rank
 
     @override
-    def setup(self, trainer, pl_module, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         clip_cov = next((cb for cb in trainer.callbacks if isinstance(cb, ClipCov)), None)
         if clip_cov is not None:
             raise UserError(
@@ -70,7 +71,9 @@ class KLCov(Technique):
             )
 
     @override
-    def token_weights(self, trainer, module, batch: RolloutBatch, metrics: StepMetrics) -> None:
+    def token_weights(
+        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
+    ) -> None:
         # Not a weight: the hook where every old log-prob is known before the first optimizer step.
         covariance, offset, tokens = loss_token_covariance(trainer, batch)
         selected = kl_cov_mask(covariance, self.share)
@@ -85,12 +88,14 @@ class KLCov(Technique):
         return None
 
     @override
-    def extra_loss_terms(self, trainer, module, ctx: MiniBatchContext) -> dict[str, torch.Tensor]:
+    def extra_loss_terms(
+        self, trainer: Trainer, module: LightningModule, ctx: MiniBatchContext
+    ) -> dict[str, torch.Tensor]:
         if self.penalized is None or ctx.rows is None:
             raise RuntimeError("KLCov: no selection for this micro-batch (token_weights runs before the update)")
         penalized = self.penalized[ctx.rows.to(self.penalized.device)].to(ctx.logprobs.dtype)
         return {"kl_cov": kl_cov_penalty(ctx.logprobs, ctx.batch.old_logprobs, self.coef) * penalized}
 
     @override
-    def on_update_end(self, trainer, module, batch: RolloutBatch, stats) -> None:
+    def on_update_end(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, stats) -> None:
         self.penalized = None  # the selection belongs to this step's batch

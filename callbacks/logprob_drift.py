@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
@@ -43,7 +44,9 @@ class LogprobDrift(Technique):
         self._warned = False
 
     @override
-    def observe_old_logprobs(self, trainer, module, batch: RolloutBatch, metrics: StepMetrics) -> None:
+    def observe_old_logprobs(
+        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
+    ) -> None:
         if batch.engine_logprobs is None:
             if not self._warned:
                 rank_zero_warn(

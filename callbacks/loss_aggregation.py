@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo.errors import UserError
@@ -59,7 +60,7 @@ class LossAggregation(Technique):
         self.generation_budget = generation_budget
         self._budget: int | None = generation_budget
 
-    def resolve_budget(self, trainer) -> int:
+    def resolve_budget(self, trainer: Trainer) -> int:
         """L_max: ``generation_budget``, or the rollout callback's ``sampling.max_new_tokens``."""
         if self.generation_budget is not None:
             return self.generation_budget
@@ -74,7 +75,7 @@ class LossAggregation(Technique):
         return int(sampling.max_new_tokens)
 
     @override
-    def setup(self, trainer, pl_module, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         # Callbacks' setup runs before the module's on_fit_start, which calls configure_loss.
         if stage == "fit" and self.mode == "seq-mean-token-sum-norm":
             self._budget = self.resolve_budget(trainer)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo.ops.advantages import (
@@ -15,8 +16,8 @@ from lite_ppo.ops.advantages import (
     scale_vanishes_alone,
     weighted_mean_std,
 )
-from lite_ppo.ranks import Ranks
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique
 
 WEIGHTINGS = ("sample", "token")
@@ -100,7 +101,7 @@ class AdvantageNormalization(Technique):
         return weights
 
     @override
-    def compute_advantages(self, trainer, module, batch: RolloutBatch) -> torch.Tensor:
+    def compute_advantages(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> torch.Tensor:
         weights = self.statistics_weights(batch)
         uses_batch = "batch" in (self.mean_scope, self.std_scope)
         ranks = Ranks(trainer)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo.ops.overlong import mask_rows
@@ -36,7 +37,9 @@ class OverlongFilter(Technique):
     """
 
     @override
-    def loss_mask(self, trainer, module, batch: RolloutBatch, metrics: StepMetrics) -> torch.Tensor:
+    def loss_mask(
+        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
+    ) -> torch.Tensor:
         truncated = batch.truncated.bool()
         keep = mask_rows(torch.ones_like(batch.loss_mask), truncated)
         metrics.mean("overlong_filter/masked_response_share", truncated.sum(), truncated.numel())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo.ops.overlong import overlong_penalty
@@ -59,7 +60,7 @@ class OverlongRewardShaping(Technique):
         self.buffer_fraction = buffer_fraction
         self.factor = factor
 
-    def resolve(self, trainer) -> tuple[int, int]:
+    def resolve(self, trainer: Trainer) -> tuple[int, int]:
         """(L_max, L_buf), reading the rollout's ``max_new_tokens`` when ``max_length`` is None."""
         max_length = self.max_length
         if max_length is None:
@@ -81,11 +82,13 @@ class OverlongRewardShaping(Technique):
         return max_length, buffer_length
 
     @override
-    def on_fit_start(self, trainer, pl_module) -> None:
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.resolve(trainer)  # fail at start, with the message, on an inconsistent configuration
 
     @override
-    def shape_rewards(self, trainer, module, batch: RolloutBatch, metrics: StepMetrics) -> torch.Tensor:
+    def shape_rewards(
+        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
+    ) -> torch.Tensor:
         max_length, buffer_length = self.resolve(trainer)
         penalty = overlong_penalty(batch.response_lengths, max_length, buffer_length, self.factor).to(
             batch.rewards.device

@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo.errors import UserError
 from lite_ppo.ops.advantages import weighted_mean_std
 from lite_ppo.ops.reinforce_pp import group_baseline_residuals, whitened
-from lite_ppo.ranks import Ranks
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique
 
 WEIGHTINGS = ("token", "sample")
@@ -65,7 +66,7 @@ class ReinforcePlusPlus(Technique):
         return torch.ones(batch.num_responses, dtype=torch.float64, device=batch.rewards.device)
 
     @override
-    def compute_advantages(self, trainer, module, batch: RolloutBatch) -> torch.Tensor:
+    def compute_advantages(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> torch.Tensor:
         returns = group_baseline_residuals(batch.rewards, batch.group_ids) if self.group_baseline else batch.rewards
         returns = returns.double()
         weights = self.statistics_weights(batch)

@@ -12,18 +12,19 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
-from lightning.pytorch import Callback
+from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
+from typing_extensions import override
 
 from lite_ppo import metric_names as names
 from lite_ppo.data.problem import Problem
 from lite_ppo.data.prompts import PromptFormatter
+from lite_ppo.data.seeding import run_seed
 from lite_ppo.metric_names import OVERLONG_PROMPTS_DROPPED
 from lite_ppo.rewards import MathVerifyReward
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.engine import RolloutEngine, SamplingConfig
 from lite_ppo.rollout.producer import RolloutProducer
-from lite_ppo.seeding import run_seed
 from lite_ppo.technique import techniques_of
 
 
@@ -52,7 +53,7 @@ class Rollout(Callback):
         reward: the verifiable reward (the same object scores evaluation).
         prompt: how problems become prompts (chat template for instruct models).
         seed: base seed of the per-step sampling seeds (step index and rank are added). Default:
-            the run's ``seed_everything`` (``lite_ppo.seeding.run_seed``), read when first needed.
+            the run's ``seed_everything`` (``lite_ppo.data.seeding.run_seed``), read when first needed.
         max_refill_rounds: when a technique's ``keep_groups`` drops groups (dynamic sampling), at
             most this many extra rounds of prompts are generated to refill the batch. Every rank
             runs the same number of rounds. A batch still short after them is topped up with
@@ -130,7 +131,10 @@ class Rollout(Callback):
         return self.producer.overlong_prompts
 
     # -- Lightning hooks ---------------------------------------------------------------------------
-    def on_train_batch_start(self, trainer, pl_module, batch: dict[str, Any], batch_idx: int) -> None:
+    @override
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: dict[str, Any], batch_idx: int
+    ) -> None:
         index = int(batch.get("index", batch_idx))
         problems = batch["problems"]
         self._dropped_prompts = 0
@@ -159,7 +163,7 @@ class Rollout(Callback):
                     [dropped, more.select(_rows(~more_keep))], pl_module.tokenizer.pad_token_id
                 )
             rollout = self._fill_to(kept, dropped, target_groups, pl_module, rounds)
-            pl_module.log("groups/refill_rounds", float(rounds), on_step=True, on_epoch=False, batch_size=1)
+            pl_module.log(names.REFILL_ROUNDS, float(rounds), on_step=True, on_epoch=False, batch_size=1)
             pl_module.log(
                 "groups/dropped_rate", 1.0 - (keep.float().mean().item()), on_step=True, on_epoch=False, batch_size=1
             )
@@ -217,7 +221,10 @@ class Rollout(Callback):
             )
         return _first_groups(kept, target_groups)
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch: dict[str, Any], batch_idx: int) -> None:
+    @override
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch: dict[str, Any], batch_idx: int
+    ) -> None:
         """The whole step's wall time and peak memory (this rank), once the update is done."""
         metrics = {names.PEAK_RSS: torch.tensor(_peak_rss_gib())}
         if torch.cuda.is_available() and pl_module.device.type == "cuda":
@@ -226,6 +233,7 @@ class Rollout(Callback):
         seconds = time.perf_counter() - getattr(self, "_step_start", time.perf_counter())
         pl_module.log(names.STEP_SECONDS, seconds, on_step=True, on_epoch=False, batch_size=1, prog_bar=True)
 
+    @override
     def on_validation_batch_start(
         self, trainer, pl_module, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0
     ) -> None:
@@ -234,7 +242,8 @@ class Rollout(Callback):
         )
         batch["rollout"] = rollout
 
-    def on_fit_end(self, trainer, pl_module) -> None:
+    @override
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.producer.close()
 
     def _log_rollout(self, module, rollout: RolloutBatch, timings: dict[str, float]) -> None:

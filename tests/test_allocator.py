@@ -1,4 +1,4 @@
-"""lite_ppo.allocator: freed memory is reused without page faults once lite-ppo starts.
+"""lite_ppo.cli.allocator: freed memory is reused without page faults once lite-ppo starts.
 
 Each case runs in a fresh interpreter (the setting is process-wide and cannot be undone) and repeats
 a "step" that allocates and fills tensors of 64, 8, 100, 3 and 16 MiB and frees them, counting the
@@ -19,8 +19,8 @@ import sys
 
 import pytest
 
-from conftest import read_scalars, tiny_fit_args
-from lite_ppo.allocator import DISABLE_ENV, retain_freed_memory, retention_enabled
+from helpers.fits import read_scalars, tiny_fit_args
+from lite_ppo.cli.allocator import DISABLE_ENV, retain_freed_memory, retention_enabled
 from lite_ppo.models import resolve_model
 
 SIZES_MIB = (64, 8, 100, 3, 16)
@@ -32,10 +32,10 @@ import contextlib, io, json, resource, sys
 import torch
 applied = None
 if sys.argv[1] == "direct":
-    from lite_ppo.allocator import retain_freed_memory
+    from lite_ppo.cli.allocator import retain_freed_memory
     applied = retain_freed_memory()
 elif sys.argv[1] == "cli":
-    from lite_ppo.commands import main
+    from lite_ppo.cli.commands import main
     with contextlib.redirect_stdout(io.StringIO()):
         try:
             main(["data", "--help"])
@@ -133,7 +133,7 @@ def test_a_misspelt_setting_is_refused_in_one_line():
 
 FIT = """
 import json, sys
-from lite_ppo.commands import main
+from lite_ppo.cli.commands import main
 try:
     main(json.loads(sys.argv[1]))
 except SystemExit as done:

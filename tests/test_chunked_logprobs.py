@@ -161,8 +161,8 @@ def test_tied_embeddings_model_gradients_equal_full_logits(tiny_model_path):
     """On the tiny Llama (tied embeddings): chunked scoring from hidden states == model(...).logits, with grads."""
     from transformers import AutoModelForCausalLM
 
-    from lite_ppo.policy_forward import output_head_weight, response_logprobs
-    from test_packing import assert_same_logprobs_and_gradients, make_batch
+    from helpers.packed_batches import assert_same_logprobs_and_gradients, make_batch
+    from lite_ppo.training.policy_forward import output_head_weight, response_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).train()
     assert model.config.tie_word_embeddings
@@ -175,8 +175,8 @@ def test_head_with_bias_falls_back_to_the_head_module(tiny_model_path):
     """A head the fast path cannot take as a plain weight (here: a bias) is called as a module, still exact."""
     from transformers import AutoModelForCausalLM
 
-    from lite_ppo.policy_forward import output_head_weight, response_logprobs
-    from test_packing import assert_same_logprobs_and_gradients, make_batch
+    from helpers.packed_batches import assert_same_logprobs_and_gradients, make_batch
+    from lite_ppo.training.policy_forward import output_head_weight, response_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).train()
     old = model.get_output_embeddings()

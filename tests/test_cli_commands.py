@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from helpers.paths import REPO
 from lite_ppo.cli import main
 
 RECIPE = str(REPO / "configs/recipes/lite_ppo.yaml")
@@ -101,7 +101,7 @@ def test_help_and_project_command_help_do_not_import_lightning() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
-    from lite_ppo.export import DTYPE_NAMES
+    from lite_ppo.checkpoints.export import DTYPE_NAMES
     from lite_ppo.models.loading import DTYPES
 
     assert DTYPE_NAMES == tuple(DTYPES)  # export-hf's --dtype choices, spelled without torch
@@ -232,7 +232,7 @@ def test_validate_prints_held_out_tiers_and_the_present_benchmarks(capsys, tmp_p
     """With a shipped recipe, no Evaluation callback and a fit's checkpoint, validate evaluates the
     held-out tiers and the default benchmarks whose files exist (here: one of two, cut by --limit),
     naming the missing one."""
-    import lite_ppo.cli as cli
+    import lite_ppo.cli.lightning_cli as cli
     from lite_ppo.evaluation.benchmarks import BenchmarkSpec
 
     mini = _mini_benchmark(tmp_path)
@@ -251,7 +251,7 @@ def test_validate_prints_held_out_tiers_and_the_present_benchmarks(capsys, tmp_p
 
 @pytest.mark.slow
 def test_validate_without_anything_to_evaluate_says_so(capsys, tmp_path, monkeypatch) -> None:
-    import lite_ppo.cli as cli
+    import lite_ppo.cli.lightning_cli as cli
 
     monkeypatch.setattr(cli, "default_benchmark_specs", lambda: ([], None), raising=False)
     line = _user_error(capsys, ["validate", *_recipe_args(tmp_path, "--data.val_size", "0")])
@@ -289,7 +289,7 @@ def test_test_evaluates_the_benchmarks_of_a_checkpoint_and_writes_the_report(cap
 
 def test_output_into_a_closed_pipe_ends_quietly():
     """`lite-ppo --help | head -0`: the reader is gone before the first write; no traceback."""
-    code = "import sys; from lite_ppo.commands import main; sys.exit(main())"
+    code = "import sys; from lite_ppo.cli.commands import main; sys.exit(main())"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO
     )
@@ -310,9 +310,9 @@ def test_fit_help_describes_every_option_under_whole_sentence_headers() -> None:
     from lite_ppo.callbacks import Diagnostics, Rollout
     from lite_ppo.callbacks.console import ConsoleProgressBar
     from lite_ppo.data.datamodule import MathDataModule
-    from lite_ppo.module import LitePPO
     from lite_ppo.reliability import CheckpointIntegrity, DivergenceGuard, Preemption
     from lite_ppo.research.run_record import RunRecord
+    from lite_ppo.training.module import LitePPO
 
     sections = [LitePPO, MathDataModule, Rollout, Diagnostics, ConsoleProgressBar]
     sections += [Preemption, CheckpointIntegrity, DivergenceGuard, RunRecord]  # LitePPOCLI.add_arguments_to_parser

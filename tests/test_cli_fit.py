@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import read_scalars, tiny_fit_args
+from helpers.fits import read_scalars, tiny_fit_args
 from lite_ppo.cli import main
 
 pytestmark = pytest.mark.slow

@@ -20,8 +20,8 @@ from types import SimpleNamespace
 import pytest
 import tomllib
 
-from conftest import REPO
-from lite_ppo.commands import main as cli
+from helpers.paths import REPO
+from lite_ppo.cli.commands import main as cli
 from lite_ppo.data import DataFormatError, MathDataModule, load_jsonl_problems, load_problems, registry
 from lite_ppo.data.hub import HubPart, HubSource, normalized_bytes, schema_record
 from lite_ppo.errors import UserError

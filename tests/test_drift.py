@@ -11,19 +11,19 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import fit_one_batch
+from helpers.fits import fit_one_batch
+from helpers.technique_batches import CaptureModule, make_batch
 from lite_ppo.callbacks import LogprobDrift, Rollout, TruncatedImportanceSampling
-from lite_ppo.module import LitePPO
 from lite_ppo.ops.drift import MAX_LOG_RATIO, drift_sums, truncated_importance_weights
 from lite_ppo.ops.kl import kl_estimate
-from lite_ppo.ranks import Ranks
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.engine import Generation
 from lite_ppo.rollout.hf import HFEngine
 from lite_ppo.rollout.producer import build_rollout_batch
 from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique
-from test_techniques import CaptureModule, make_batch
+from lite_ppo.training.module import LitePPO
 
 # Two responses of widths 3 and 2 (padding at [1, 2] holds garbage on purpose, even -inf).
 TRAINER = torch.tensor([[-1.0, -0.5, -2.0], [-0.1, -3.0, 0.0]])

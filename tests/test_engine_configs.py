@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import REPO
+from helpers.paths import REPO
 from lite_ppo.callbacks import Rollout
-from lite_ppo.cli import TRAINER_DEFAULTS, LitePPOCLI
+from lite_ppo.cli.lightning_cli import TRAINER_DEFAULTS, LitePPOCLI
 from lite_ppo.data.datamodule import MathDataModule
-from lite_ppo.module import LitePPO
 from lite_ppo.rollout import HFEngine, VLLMEngine
+from lite_ppo.training.module import LitePPO
 
 
 def _engine(*configs: str, extra: tuple[str, ...] = ()):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO
+from helpers.paths import REPO
 from lite_ppo.cli import main
 from lite_ppo.evaluation import DEFAULT_BENCHMARKS, pass_at_k
 
@@ -136,7 +136,7 @@ def test_evaluate_sampled_reports_mean_and_pass_at_k(tmp_path, tiny_model_path, 
 
 def test_evaluate_loads_lightning_checkpoint_weights(tmp_path, tiny_model_path, shared_data):
     from lite_ppo.evaluation.runner import load_policy_module
-    from lite_ppo.module import LitePPO
+    from lite_ppo.training.module import LitePPO
 
     module = LitePPO(model_path=tiny_model_path)
     module.configure_model()

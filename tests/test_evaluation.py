@@ -11,7 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import REPO, read_scalars, tiny_fit_args
+from helpers.engines import ScriptedEngine
+from helpers.fits import read_scalars, tiny_fit_args
+from helpers.paths import REPO
 from lite_ppo.data import DataFormatError, Problem
 from lite_ppo.data.validation import problem_set_batches
 from lite_ppo.evaluation import (
@@ -31,7 +33,7 @@ from lite_ppo.evaluation import (
     status_indices,
 )
 from lite_ppo.evaluation.report import markdown_table, text_table
-from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig
+from lite_ppo.rollout.engine import SamplingConfig
 from lite_ppo.rollout.producer import RolloutProducer
 
 
@@ -60,29 +62,6 @@ def test_pass_at_k_large_n_stable_and_checked():
 
 
 # ---------------------------------------------------------------------------- metrics on known outputs
-class ScriptedEngine(RolloutEngine):
-    """Returns fixed response texts (tokenized) per prompt: [(text, finished), ...] for each prompt."""
-
-    def __init__(self, script):
-        self.script = script
-
-    def setup(self, policy, tokenizer, model_path):
-        self.tokenizer = tokenizer
-
-    @property
-    def shares_policy_weights(self):
-        return True
-
-    def generate(self, prompt_token_ids, sampling, seed=None):
-        out = []
-        for responses in self.script[: len(prompt_token_ids)]:
-            group = []
-            for text, finished in responses:
-                ids = self.tokenizer.encode(text, add_special_tokens=False)
-                group.append(Generation(ids + [self.tokenizer.eos_token_id] if finished else ids, finished))
-            out.append(group)
-        self.script = self.script[len(prompt_token_ids) :]
-        return out
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +182,7 @@ def test_group_metrics_average_excludes_benchmarks_outside_the_average():
 
 # ---------------------------------------------------------------------------- DDP: metric sync
 def test_metrics_sync_across_two_processes_equals_one_process(tmp_path):
-    from eval_ddp_worker import ddp_records, worker
+    from helpers.eval_ddp import ddp_records, worker
 
     single = GroupMetrics(["a", "b"], num_samples=2)
     for group, records in ddp_records():

@@ -1,4 +1,4 @@
-"""The ``--help`` cache of ``lite-ppo fit|validate|test`` (``lite_ppo.help_cache``): the key changes
+"""The ``--help`` cache of ``lite-ppo fit|validate|test`` (``lite_ppo.cli.help_cache``): the key changes
 with everything the help text depends on, a corrupt entry falls back to the real help, and the
 cached text is byte for byte the text of the real (uncached) help on a terminal."""
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import lite_ppo
-from conftest import REPO
-from lite_ppo import help_cache
-from lite_ppo.help_cache import cache_key, config_files, lookup, serve, store
+from helpers.paths import REPO
+from lite_ppo.cli import help_cache
+from lite_ppo.cli.help_cache import cache_key, config_files, lookup, serve, store
 
 
 # ------------------------------------------------------------------ which requests are served

@@ -9,11 +9,11 @@ import pytest
 import torch
 from typing_extensions import override
 
+from helpers.constructed_fit import constructed_batch, fit_constructed
 from lite_ppo.errors import UserError
-from lite_ppo.ranks import Ranks
 from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import TECHNIQUE_HOOKS, Technique, check_hook_names
-from test_diagnostics import _fit_constructed, constructed_batch
 
 
 # -- misspelt hooks ------------------------------------------------------------------------------------
@@ -65,7 +65,7 @@ def test_a_misspelt_hook_fails_the_fit_before_the_model_loads(tmp_path, monkeypa
 
     monkeypatch.setattr(LitePPO, "configure_model", no_weights)
     with pytest.raises(UserError, match="Misspelt.on_advantage"):
-        _fit_constructed(tmp_path, Misspelt())
+        fit_constructed(tmp_path, Misspelt())
 
 
 # -- order-independent composition -----------------------------------------------------------------------
@@ -109,7 +109,7 @@ def test_masks_and_weights_compose_in_any_callback_order(tmp_path):
         if k % 6:  # 4 of the 24 orders are enough to see order dependence
             continue
         Seen.batches = []
-        scalars, _ = _fit_constructed(tmp_path / str(k), *order, Seen())
+        scalars, _ = fit_constructed(tmp_path / str(k), *order, Seen())
         results.append((Seen.batches[0], scalars))
     (mask, weights, loss, _), scalars = results[0]
     expected_mask = constructed_batch().response_mask.clone()
@@ -125,7 +125,7 @@ def test_masks_and_weights_compose_in_any_callback_order(tmp_path):
 def test_the_rollout_batch_handed_to_the_module_is_not_edited(tmp_path):
     batch = constructed_batch()
     before = batch.loss_mask.clone()
-    _fit_constructed(tmp_path, MaskRow(1), Weight(2.0), batch=batch)
+    fit_constructed(tmp_path, MaskRow(1), Weight(2.0), batch=batch)
     assert torch.equal(batch.loss_mask, before) and batch.token_weights is None and batch.advantages is None
 
 
@@ -152,3 +152,72 @@ def test_ranks_on_one_process_are_identities():
     x = torch.tensor([1.0, 2.0])
     assert ranks.world_size == 1 and torch.equal(ranks.sum(x), x) and torch.equal(ranks.cat(x), x)
     assert torch.equal(ranks.max(x), x) and ranks.any(True) and not ranks.any(False) and ranks.objects("o") == ["o"]
+
+
+# -- the built-in callbacks keep the contract visibly ------------------------------------------------------
+def _hooks_without_override(classes) -> list[str]:
+    """Methods (and properties) of ``classes`` that redefine a base class's without ``@override``
+    (``typing_extensions.override`` marks the function with ``__override__``)."""
+    missing = []
+    for cls in classes:
+        for name, value in vars(cls).items():
+            fn = value.fget if isinstance(value, property) else value
+            if name.startswith("_") or not callable(fn):
+                continue
+            if any(name in vars(base) for base in cls.__mro__[1:] if base is not object):
+                if not getattr(fn, "__override__", False):
+                    missing.append(f"{cls.__name__}.{name}")
+    return missing
+
+
+def _builtin_callback_classes() -> list[type]:
+    import importlib
+    import inspect
+    import pkgutil
+
+    from lightning.pytorch import Callback
+
+    import lite_ppo.callbacks as package
+
+    classes = []
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"lite_ppo.callbacks.{info.name}")
+        classes += [
+            cls
+            for _, cls in inspect.getmembers(module, inspect.isclass)
+            if cls.__module__ == module.__name__ and issubclass(cls, Callback)
+        ]
+    return classes
+
+
+def test_every_builtin_hook_is_marked_override():
+    """CONTRIBUTING asks for ``@override`` on every hook: a renamed base hook then fails the type check
+    instead of silently never running. Every callback shipped in lite_ppo.callbacks keeps it."""
+    classes = _builtin_callback_classes()
+    assert len(classes) >= 20  # every technique, the rollout, evaluation, diagnostics and console callbacks
+    assert _hooks_without_override(classes) == []
+
+
+def test_the_override_check_sees_a_missing_mark():
+    class Unmarked(Technique):
+        def loss_mask(self, trainer, module, batch, metrics):
+            return None
+
+    class Marked(Technique):
+        @override
+        def loss_mask(self, trainer, module, batch, metrics):
+            return None
+
+    assert _hooks_without_override([Unmarked, Marked]) == ["Unmarked.loss_mask"]
+
+
+def test_on_phase_is_a_declared_hook_that_the_name_check_accepts():
+    """The module calls ``on_phase`` on every callback that defines it; a technique may define it too."""
+
+    class PhaseWatcher(Technique):
+        @override
+        def on_phase(self, trainer, module):
+            return None
+
+    assert "on_phase" in TECHNIQUE_HOOKS
+    check_hook_names([PhaseWatcher()])

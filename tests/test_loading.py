@@ -157,7 +157,7 @@ def test_evaluate_reads_a_checkpoint_saved_with_one_tied_name(tiny_model_path, t
 def test_export_writes_a_checkpoint_saved_with_one_tied_name(tiny_model_path, tmp_path):
     """``lite-ppo export-hf`` of a checkpoint keeping the tied tensor under the embedding's name only
     (the export used to refuse it: ``from_config`` leaves a model untied in transformers 5)."""
-    from lite_ppo.export import export_hf
+    from lite_ppo.checkpoints.export import export_hf
 
     state, ckpt = _checkpoint_with_one_tied_name(tiny_model_path, tmp_path)
     out = export_hf(ckpt, tmp_path / "hf")
@@ -170,8 +170,8 @@ def test_export_writes_a_checkpoint_saved_with_one_tied_name(tiny_model_path, tm
 def test_the_module_keeps_the_zero3_token_not_the_policy(tiny_model_path, monkeypatch):
     """transformers' ZeRO-3 flag is a weak reference to a token: it lasts as long as the module that
     holds the partitioned policy, and no attribute of ours is set on the Hugging Face model."""
-    import lite_ppo.module as module_file
-    from lite_ppo.module import LitePPO
+    import lite_ppo.training.module as module_file
+    from lite_ppo.training.module import LitePPO
 
     class Token:  # stands for strategies.zero._HFZero3Config, registered without a DeepSpeed run
         pass

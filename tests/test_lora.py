@@ -19,12 +19,13 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO, fit_one_batch
 from helpers import update_steps
+from helpers.fits import fit_one_batch
+from helpers.paths import REPO
 from lite_ppo.errors import UserError
-from lite_ppo.module import LitePPO
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.technique import Technique
+from lite_ppo.training.module import LitePPO
 
 peft = pytest.importorskip("peft")
 
@@ -148,7 +149,7 @@ def test_merged_weights_under_base_names_give_the_trainers_logprobs(tiny_model_p
     """What the vLLM sync sends, loaded into a plain model of the base architecture by name."""
     from lite_ppo.models.loading import load_causal_lm, load_weights
     from lite_ppo.models.lora import iter_merged_buckets
-    from lite_ppo.weight_gather import GatherStats, iter_gathered_state, transformer_block
+    from lite_ppo.strategies.weight_gather import GatherStats, iter_gathered_state, transformer_block
 
     module = _lora_module(tiny_model_path)
     batch = _batch(seed=1)
@@ -264,8 +265,8 @@ def test_vllm_engine_synced_from_a_lora_policy_reports_the_trainers_logprobs(tin
 def test_kl_reference_is_the_base_with_adapters_off_no_copy(tiny_model_path):
     from lite_ppo.callbacks import KLPenalty
     from lite_ppo.models.loading import load_causal_lm
-    from lite_ppo.ranks import Ranks
     from lite_ppo.step_metrics import StepMetrics
+    from lite_ppo.strategies.ranks import Ranks
     from lite_ppo.technique import MiniBatchContext
 
     module = _lora_module(tiny_model_path)
@@ -348,7 +349,7 @@ def test_lora_under_deepspeed_refused_at_fit_start(tiny_model_path):
 
     from lightning.pytorch.strategies import DeepSpeedStrategy
 
-    from lite_ppo.preflight import _check_lora
+    from lite_ppo.training.preflight import _check_lora
 
     strategy = DeepSpeedStrategy.__new__(DeepSpeedStrategy)  # only its type is read
     hparams = SimpleNamespace(lora=LORA)
@@ -365,7 +366,7 @@ def test_export_merged_and_adapter_folders_load_and_give_the_policys_logprobs(ti
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from lite_ppo.export import export_hf
+    from lite_ppo.checkpoints.export import export_hf
 
     module = _lora_module(tiny_model_path)
     ckpt = tmp_path / "lora.ckpt"
@@ -416,12 +417,12 @@ def test_evaluate_loads_a_lora_checkpoint(tiny_model_path, tmp_path):
 def test_resume_of_a_lora_run_is_bit_identical(tmp_path, tiny_model_path):
     """3 rollout steps (6 optimizer steps) straight, and the same run resumed from its step-2
     checkpoint: the same adapters, AdamW state (adapters only), schedule and policy version."""
-    from conftest import tiny_fit_args
+    from helpers.fits import tiny_fit_args
     from lite_ppo.cli import main
 
     def run(folder, *extra):
         callbacks = [
-            {"class_path": "reliability_faults.SignedAdvantages"},
+            {"class_path": "helpers.reliability_faults.SignedAdvantages"},
             {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "token-mean"}},
             {
                 "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
@@ -471,7 +472,7 @@ def test_fit_with_vllm_and_lora_keeps_the_engine_logprob_drift_at_rounding(tmp_p
     ``engine_logprob_tolerance`` (1e-3), so every step uses them; the second step's rollout comes
     after two optimizer steps that moved the adapters (the sync is not vacuous)."""
     pytest.importorskip("vllm")
-    from conftest import read_scalars, tiny_fit_args
+    from helpers.fits import read_scalars, tiny_fit_args
     from lite_ppo.cli import main
 
     main(

@@ -65,8 +65,8 @@ def test_token_budget_gradient_equals_fixed_count_gradient(tiny_model_path):
     """Token-mean clipped surrogate, global denominator: budget micro-batches (trimmed) == fixed-count ones."""
     from transformers import AutoModelForCausalLM
 
-    from lite_ppo.policy_forward import trim_padding
-    from test_packing import make_batch, reference_logprobs
+    from helpers.packed_batches import make_batch, reference_logprobs
+    from lite_ppo.training.policy_forward import trim_padding
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).train()
@@ -106,8 +106,8 @@ def test_token_budget_gradient_equals_fixed_count_gradient(tiny_model_path):
 
 
 def test_trim_padding_keeps_real_columns_only():
-    from lite_ppo.policy_forward import trim_padding
-    from test_packing import make_batch
+    from helpers.packed_batches import make_batch
+    from lite_ppo.training.policy_forward import trim_padding
 
     batch = make_batch([6, 3, 9], [2, 2, 1], [2, 11, 4, 1, 9], vocab=50, seed=7)
     batch.old_logprobs = torch.randn(batch.response_mask.shape)

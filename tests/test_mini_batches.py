@@ -62,7 +62,7 @@ def test_refuses_batches_that_do_not_divide_and_unknown_splits():
 
 def test_module_refuses_an_unknown_split_in_one_line():
     from lite_ppo.errors import UserError
-    from lite_ppo.module import LitePPO
+    from lite_ppo.training.module import LitePPO
 
     with pytest.raises(UserError, match=r"model.mini_batch_split='prompt': choose group or row"):
         LitePPO(mini_batch_split="prompt")

@@ -1,13 +1,21 @@
 """The package's import graph, read from the source with ``ast`` (the ``package-dir`` mapping that
 ships top-level ``callbacks/`` as ``lite_ppo.callbacks`` hides it from import linters): the
-evaluation code must not depend on the callbacks that depend on it."""
+evaluation code must not depend on the callbacks that depend on it, and no part imports a higher layer."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
-from conftest import REPO
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from helpers.paths import REPO
 
 ROOTS = {"lite_ppo": REPO / "src" / "lite_ppo", "lite_ppo.callbacks": REPO / "callbacks"}
 
@@ -57,7 +65,7 @@ def _imports(name: str, path: Path, modules: set[str]) -> set[str]:
 
 def _unit(module: str) -> str:
     """The package-level node of a module: ``lite_ppo.<first part>`` (``lite_ppo.callbacks``,
-    ``lite_ppo.evaluation``, ``lite_ppo.module``, ...)."""
+    ``lite_ppo.evaluation``, ``lite_ppo.training.module``, ...)."""
     return ".".join(module.split(".")[:2])
 
 
@@ -105,3 +113,76 @@ def test_no_evaluation_or_rollout_module_imports_a_callback():
         if name.startswith(("lite_ppo.evaluation", "lite_ppo.rollout", "lite_ppo.data", "lite_ppo.rewards"))
     }
     assert {name: found for name, found in offenders.items() if found} == {}
+
+
+# The layers, lowest first: a part may import only parts of lower layers (``callbacks`` are the
+# techniques, above the training they hook into; the command line sits on top of everything).
+LAYERS = [
+    {"lite_ppo.ops", "lite_ppo.errors", "lite_ppo.metric_names", "lite_ppo._moved"},
+    {"lite_ppo", "lite_ppo.strategies", "lite_ppo.rewards", "lite_ppo.data"},
+    {"lite_ppo.models", "lite_ppo.step_metrics", "lite_ppo.reliability"},
+    {"lite_ppo.rollout", "lite_ppo.checkpoints"},
+    {"lite_ppo.technique"},
+    {"lite_ppo.training"},
+    {"lite_ppo.evaluation", "lite_ppo.research"},
+    {"lite_ppo.callbacks"},
+    {"lite_ppo.cli"},
+]
+
+
+def _layer_of() -> dict[str, int]:
+    return {unit: level for level, units in enumerate(LAYERS) for unit in units}
+
+
+def test_every_part_of_the_package_has_a_layer():
+    assert set(package_graph()) <= set(_layer_of()), "a new part of the package: give it a layer in LAYERS"
+
+
+def test_no_part_imports_its_own_or_a_higher_layer():
+    """Engines, data and rewards know nothing of training; training knows the technique contract,
+    never a technique; techniques never reach the command line. So no cycles between parts either."""
+    level = _layer_of()
+    upward = sorted(
+        f"{unit} -> {target}"
+        for unit, targets in package_graph().items()
+        for target in targets
+        if level[target] >= level[unit]
+    )
+    assert upward == []
+
+
+def test_the_layer_check_sees_an_upward_import(monkeypatch):
+    """The check above can fail: a made-up import of the command line from the data code is caught."""
+    graph = package_graph()
+    graph["lite_ppo.data"] = graph["lite_ppo.data"] | {"lite_ppo.cli"}
+    monkeypatch.setattr(sys.modules[__name__], "package_graph", lambda: graph)
+    with pytest.raises(AssertionError):
+        test_no_part_imports_its_own_or_a_higher_layer()
+
+
+def test_pyproject_lists_every_package_folder():
+    """setuptools cannot discover ``lite_ppo.callbacks`` (mapped from callbacks/), so pyproject lists the
+    packages; a package folder missing there would be missing from the wheel."""
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(["lite_ppo", *init.parent.relative_to(REPO / "src" / "lite_ppo").parts])
+        for init in (REPO / "src" / "lite_ppo").rglob("__init__.py")
+    } | {"lite_ppo.callbacks"}
+    assert listed == found
+
+
+def test_no_test_module_imports_another():
+    """Shared builders live in tests/helpers/ (``helpers.<module>``), fixtures in conftest.py: a test
+    module that imported another (or conftest) would run its tests' imports and couple their layouts."""
+    tests = REPO / "tests"
+    own = {path.stem for path in tests.glob("*.py")}  # test modules, conftest and the worker scripts
+    offenders = {}
+    for path in [*tests.glob("*.py"), *(tests / "helpers").glob("*.py")]:
+        found = {
+            name.split(".")[0]
+            for name in _imports(path.stem, path, set())
+            if name.split(".")[0] in own and name.split(".")[0] != path.stem
+        }
+        if found:
+            offenders[str(path.relative_to(REPO))] = sorted(found)
+    assert offenders == {}

@@ -5,51 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
+from helpers.packed_batches import (
+    assert_same_logprobs_and_gradients,
+    make_batch,
+    reference_logprobs,
+    surrogate_like_loss,
+)
 from lite_ppo.ops import group_rows, pack_shared_prompts, packed_attention_mask, packed_lengths
-from lite_ppo.rollout.batch import RolloutBatch
 
 # Equivalence to float rounding: .ci/run repeats these at the CPU dispatch level below this one.
 pytestmark = pytest.mark.numerics
-
-PAD = 0
-
-
-def make_batch(
-    prompt_lengths: list[int],
-    group_size: list[int],
-    response_lengths: list[int],
-    vocab: int,
-    seed: int = 0,
-    temperature: float = 0.8,
-) -> RolloutBatch:
-    """A rollout-layout batch: group g has prompt length prompt_lengths[g] and group_size[g] responses."""
-    gen = torch.Generator().manual_seed(seed)
-    p_width, r_width = max(prompt_lengths) + 1, max(response_lengths) + 2  # extra padding on both sides
-    rows, groups = [], []
-    it = iter(response_lengths)
-    for g, (p, size) in enumerate(zip(prompt_lengths, group_size)):
-        prompt = torch.randint(1, vocab, (p,), generator=gen)
-        for _ in range(size):
-            n = next(it)
-            ids = torch.full((p_width + r_width,), PAD)
-            ids[p_width - p : p_width] = prompt
-            ids[p_width : p_width + n] = torch.randint(1, vocab, (n,), generator=gen)
-            rows.append(ids)
-            groups.append(g)
-    input_ids = torch.stack(rows)
-    attention_mask = (input_ids != PAD).long()
-    lengths = attention_mask[:, p_width:].sum(-1)
-    b = len(rows)
-    return RolloutBatch(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        response_mask=attention_mask[:, p_width:].clone(),
-        group_ids=torch.tensor(groups),
-        rewards=torch.zeros(b),
-        truncated=torch.zeros(b, dtype=torch.bool),
-        response_lengths=lengths,
-        temperature=temperature,
-    )
 
 
 def test_pack_layout_by_hand():
@@ -131,47 +96,9 @@ def tiny_policy(tiny_model_path):
     return model.train()
 
 
-def reference_logprobs(model, batch: RolloutBatch) -> torch.Tensor:
-    """The module's unpacked computation: full logits of the left-padded layout, log_softmax(z / T)."""
-    from lite_ppo.ops import logprobs_from_logits
-
-    width = batch.response_mask.shape[1]
-    position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=position_ids,
-        use_cache=False,
-        logits_to_keep=width + 1,
-    )
-    logits = out.logits[:, :-1].float() / batch.temperature
-    return logprobs_from_logits(logits, batch.response_ids) * batch.response_mask
-
-
-def surrogate_like_loss(logprobs: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
-    # A token-mean loss with per-response weights, so every response and token matters differently.
-    weights = torch.linspace(-1.0, 2.0, batch.num_responses)[:, None]
-    return (logprobs.exp() * weights * batch.response_mask).sum() / batch.response_mask.sum()
-
-
-def assert_same_logprobs_and_gradients(model, batch: RolloutBatch, compute) -> None:
-    """``compute(model, batch)`` gives the unpacked full-logits log-probs, and the same gradients of a
-    surrogate-like loss, to fp32 tolerance."""
-    model.zero_grad()
-    expected = reference_logprobs(model, batch)
-    surrogate_like_loss(expected, batch).backward()
-    expected_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    got = compute(model, batch)
-    surrogate_like_loss(got, batch).backward()
-    torch.testing.assert_close(got, expected, rtol=0, atol=2e-5)
-    for name, param in model.named_parameters():
-        torch.testing.assert_close(param.grad, expected_grads[name], rtol=1e-4, atol=1e-6, msg=name)
-
-
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_packed_logprobs_and_gradients_equal_unpacked(tiny_policy, attn):
-    from lite_ppo.policy_forward import response_logprobs
+    from lite_ppo.training.policy_forward import response_logprobs
 
     model = tiny_policy
     model.config._attn_implementation = attn  # the decoder layers read it at call time
@@ -200,7 +127,7 @@ def test_packed_logprobs_and_gradients_equal_unpacked(tiny_policy, attn):
 
 
 def test_unpacked_hidden_state_path_equals_full_logits(tiny_policy):
-    from lite_ppo.policy_forward import response_logprobs
+    from lite_ppo.training.policy_forward import response_logprobs
 
     batch = make_batch([4, 6], [2, 3], [3, 6, 2, 5, 4], vocab=tiny_policy.config.vocab_size, seed=1)
     with torch.no_grad():
@@ -214,7 +141,7 @@ def test_packed_equals_unpacked_on_qwen3(_model_cache):
     from transformers import AutoModelForCausalLM
 
     from lite_ppo.models import resolve_model
-    from lite_ppo.policy_forward import response_logprobs
+    from lite_ppo.training.policy_forward import response_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(resolve_model("builtin:tiny-qwen3"), dtype=torch.float32).train()
     batch = make_batch([5, 9], [3, 2], [6, 2, 8, 3, 5], vocab=model.config.vocab_size, seed=8)
@@ -224,7 +151,7 @@ def test_packed_equals_unpacked_on_qwen3(_model_cache):
 def test_packed_forward_runs_block_attention_and_restores_the_model(tiny_policy, monkeypatch):
     """Without gradient checkpointing every layer's attention is the block one (no [L, L] mask),
     and the model's own implementation is back afterwards."""
-    import lite_ppo.policy_forward as policy_forward
+    import lite_ppo.training.policy_forward as policy_forward
     from lite_ppo.ops import shared_prompt_attention as original
 
     calls = []
@@ -243,7 +170,7 @@ def test_packed_forward_runs_block_attention_and_restores_the_model(tiny_policy,
 def test_packed_with_gradient_checkpointing_equals_unpacked(tiny_policy):
     """Checkpointed layers re-run in backward with the model's own attention: the packed forward
     then uses the dense packed mask, and log-probs and gradients still equal the unpacked ones."""
-    from lite_ppo.policy_forward import response_logprobs
+    from lite_ppo.training.policy_forward import response_logprobs
 
     tiny_policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     try:

@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO
+from helpers.paths import REPO
 from helpers.update_steps import batch, step
 from lite_ppo.callbacks import CISPO, GSPO, SAPO, ClipHigher, LossAggregation
 from lite_ppo.errors import UserError
@@ -265,7 +265,7 @@ def test_bad_objective_settings_are_one_line_errors():
 
 
 def test_an_aggregation_other_than_the_papers_is_warned_about_at_fit_start():
-    from lite_ppo.module import LitePPO
+    from lite_ppo.training.module import LitePPO
 
     module = LitePPO(model_path="builtin:tiny")  # nothing loads before configure_model
     for techniques, warned in [

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, read_scalars
+from helpers.fits import read_scalars
+from helpers.paths import REPO
 from lite_ppo.cli import main
 from lite_ppo.rewards import MathVerifyReward, RewardResult
 from lite_ppo.technique import Technique

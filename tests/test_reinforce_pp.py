@@ -17,8 +17,8 @@ from helpers.technique_fit import GROUPS, LENGTHS, REWARDS, fit_step, logged, ro
 from lite_ppo.callbacks import AdvantageNormalization, LossAggregation, ReinforcePlusPlus
 from lite_ppo.errors import UserError
 from lite_ppo.ops.reinforce_pp import group_baseline_residuals, reinforce_pp_advantages, whitened
-from lite_ppo.ranks import Ranks
 from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.strategies.ranks import Ranks
 
 
 def reference(rewards, groups, lengths, group_baseline, weighting="token", eps=1e-8) -> list[float]:

@@ -179,7 +179,7 @@ def test_read_only_folder_is_refused(tmp_path):
 
 # ---------------------------------------------------------------- through the CLI, on the tiny model
 def _fit(tmp: Path, ckpt_dir: Path, *callbacks: dict) -> None:
-    from reliability_faults import fit_with_faults
+    from helpers.reliability_faults import fit_with_faults
 
     fit_with_faults(tmp, ckpt_dir, list(callbacks))
 
@@ -192,7 +192,10 @@ def test_fit_refuses_an_unwritable_checkpoint_folder_before_training(tmp_path, t
         _fit(
             tmp_path,
             blocker / "ckpt",
-            {"class_path": "reliability_faults.StepMarker", "init_args": {"path": str(tmp_path / "steps_done")}},
+            {
+                "class_path": "helpers.reliability_faults.StepMarker",
+                "init_args": {"path": str(tmp_path / "steps_done")},
+            },
         )
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -210,7 +213,7 @@ def test_folder_turning_read_only_mid_run_stops_the_run(tmp_path, tiny_model_pat
         _fit(
             tmp_path,
             ckpt,
-            {"class_path": "reliability_faults.DenyWritesAfter", "init_args": {"folder": str(ckpt), "step": 1}},
+            {"class_path": "helpers.reliability_faults.DenyWritesAfter", "init_args": {"folder": str(ckpt), "step": 1}},
         )
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
@@ -241,8 +244,8 @@ def test_removing_a_checkpoint_removes_its_checksum(tmp_path):
 
 @pytest.mark.slow
 def test_fit_refuses_a_torn_ckpt_path_and_names_the_good_one(tmp_path, tiny_model_path, capsys):
-    from conftest import REPO
-    from lite_ppo.commands import main
+    from helpers.paths import REPO
+    from lite_ppo.cli.commands import main
 
     ckpt = tmp_path / "ckpt"
     _fit(tmp_path, ckpt)  # 3 rollout steps: step=2, 4, 6 and last.ckpt

@@ -13,16 +13,19 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import read_scalars
+from helpers.fits import read_scalars
+from helpers.reliability_faults import fit_with_faults
 from lite_ppo.errors import UserError
 from lite_ppo.metric_names import SKIPPED_STEPS
 from lite_ppo.reliability.divergence import DivergenceGuard, TrainingDiverged
-from reliability_faults import fit_with_faults
 
 
 def _fit(tmp: Path, nan_steps: list[int], *extra: str) -> None:
     fit_with_faults(
-        tmp, tmp / "ckpt", [{"class_path": "reliability_faults.NaNLoss", "init_args": {"steps": nan_steps}}], *extra
+        tmp,
+        tmp / "ckpt",
+        [{"class_path": "helpers.reliability_faults.NaNLoss", "init_args": {"steps": nan_steps}}],
+        *extra,
     )
 
 
@@ -77,7 +80,7 @@ def test_an_exploding_finite_step_stops_and_names_the_checkpoint_before_it(tmp_p
     """model.lr 1e20 for one optimizer step: every weight moves by ~1e20, all finite. The run stops at
     that step (optimizer step 4, the first of training step 2) and names the checkpoint saved after
     step 4 optimizer steps (checkpoints every 2), which holds the weights from before it."""
-    fault = {"class_path": "reliability_faults.LearningRateAt", "init_args": {"step": 2, "lr": 1e20}}
+    fault = {"class_path": "helpers.reliability_faults.LearningRateAt", "init_args": {"step": 2, "lr": 1e20}}
     with pytest.raises(SystemExit) as info:
         fit_with_faults(tmp_path, tmp_path / "ckpt", [fault])
     assert info.value.code == 2

@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO
+from helpers.paths import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def _config(tmp: Path, ckpt_dir: Path, marker: Path) -> Path:
     """The same callbacks for every run of a test (a resumed run restores callback states by their
     configuration), with the test's advantage estimator and a step marker."""
     callbacks = [
-        {"class_path": "reliability_faults.SignedAdvantages"},
+        {"class_path": "helpers.reliability_faults.SignedAdvantages"},
         {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "token-mean"}},
         # The shipped cadence: a periodic checkpoint every 50 optimizer steps, i.e. none in this run.
         {
@@ -38,7 +38,7 @@ def _config(tmp: Path, ckpt_dir: Path, marker: Path) -> Path:
             "init_args": {"dirpath": str(ckpt_dir), "save_last": True, "every_n_train_steps": 50, "save_top_k": -1},
         },
     ]
-    callbacks.append({"class_path": "reliability_faults.StepMarker", "init_args": {"path": str(marker)}})
+    callbacks.append({"class_path": "helpers.reliability_faults.StepMarker", "init_args": {"path": str(marker)}})
     path = tmp / "faults.yaml"
     path.write_text(
         yaml.safe_dump(
@@ -55,7 +55,7 @@ def _command(tmp: Path, config: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-c",
-        "import sys; from lite_ppo.commands import main; sys.exit(main())",
+        "import sys; from lite_ppo.cli.commands import main; sys.exit(main())",
         "fit",
         "--config",
         str(REPO / "configs/recipes/lite_ppo.yaml"),

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lite_ppo.module import LitePPO
 from lite_ppo.rollout import Generation, HFEngine, RolloutBatch, SamplingConfig
 from lite_ppo.rollout.producer import build_rollout_batch
+from lite_ppo.training.module import LitePPO
 
 
 @pytest.fixture(scope="module")
@@ -126,11 +126,11 @@ def test_rollout_callback_adds_every_shaping_term_then_shows_the_batch_read_only
 
     from transformers import AutoTokenizer
 
+    from helpers.engines import ScriptedEngine
     from lite_ppo.callbacks import Rollout
     from lite_ppo.data import Problem
     from lite_ppo.step_metrics import StepMetrics
     from lite_ppo.technique import Technique
-    from test_evaluation import ScriptedEngine
 
     seen: dict[str, list] = {}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from helpers.paths import REPO
 from lite_ppo.research.run_dir import configure_run_dir, model_name, prepare_fit_run, unique_version
 from lite_ppo.research.run_record import RunRecord
 

@@ -12,7 +12,9 @@ from itertools import combinations
 import pytest
 import torch
 
-from conftest import REPO, read_scalars
+from helpers.fits import read_scalars
+from helpers.paths import REPO
+from helpers.technique_batches import CaptureModule, make_batch
 from lite_ppo import metric_names as names
 from lite_ppo.callbacks import Diagnostics, DynamicSampling
 from lite_ppo.callbacks.console import ConsoleProgressBar, phase_text
@@ -21,7 +23,6 @@ from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.engine import Generation
 from lite_ppo.rollout.producer import build_rollout_batch
 from lite_ppo.technique import Technique, UpdateStats
-from test_techniques import CaptureModule, make_batch
 
 STEPS = 2
 

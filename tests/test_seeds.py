@@ -11,12 +11,12 @@ import pytest
 import yaml
 from lightning.pytorch import Callback, seed_everything
 
-from conftest import tiny_fit_args
+from helpers.fits import tiny_fit_args
 from lite_ppo.callbacks import Rollout
 from lite_ppo.cli import main
 from lite_ppo.data.datamodule import MathDataModule
+from lite_ppo.data.seeding import DEFAULT_SEED, run_seed
 from lite_ppo.rollout import HFEngine
-from lite_ppo.seeding import DEFAULT_SEED, run_seed
 
 
 def _questions(dm: MathDataModule) -> list[str]:

@@ -12,14 +12,15 @@ import pytest
 import torch
 from lightning.pytorch import Callback, Trainer
 
-from conftest import REPO, read_scalars, tiny_fit_args
+from helpers.fits import read_scalars, tiny_fit_args
+from helpers.paths import REPO
 from lite_ppo.callbacks import CISPO, GSPO, SAPO, AdvantageNormalization, ClipHigher, LossAggregation, Rollout
 from lite_ppo.data.datamodule import MathDataModule
 from lite_ppo.errors import UserError
 from lite_ppo.metric_names import OVERLONG_PROMPTS_DROPPED
-from lite_ppo.module import LitePPO
 from lite_ppo.ops.advantages import normalized_advantages
 from lite_ppo.rollout import HFEngine, SamplingConfig
+from lite_ppo.training.module import LitePPO
 
 
 # -- helpers -------------------------------------------------------------------------------------------
@@ -125,7 +126,7 @@ def _fake(world_size=1, prompts=4, n=2, m=2, max_steps=-1):
 
 
 def test_shape_checks_count_per_rank(tiny_model_path):
-    from lite_ppo.preflight import check_fit_settings
+    from lite_ppo.training.preflight import check_fit_settings
 
     check_fit_settings(
         *_fake(world_size=2, prompts=4, n=2, m=2)
@@ -334,7 +335,7 @@ def test_cosine_reaches_min_lr_at_the_last_optimizer_step(tmp_path, tiny_model_p
 
 # -- item 6: resume with changed settings ---------------------------------------------------------------
 def _cli(tmp: Path, *extra: str):
-    from lite_ppo.cli import TRAINER_DEFAULTS, LitePPOCLI
+    from lite_ppo.cli.lightning_cli import TRAINER_DEFAULTS, LitePPOCLI
 
     return LitePPOCLI(
         LitePPO,

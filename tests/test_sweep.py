@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from helpers.paths import REPO
 from lite_ppo.research.factors import cell_config
 from lite_ppo.research.grid import expand_grid
 from lite_ppo.research.sweep import main as sweep_main
@@ -224,7 +224,7 @@ def test_sigterm_to_a_sweep_stops_its_running_fit_with_a_checkpoint(tmp_path, ti
     sweep = subprocess.Popen(
         [sys.executable, "-m", "lite_ppo.research.sweep", "--recipe", RECIPES[0], "--seed", "0", "--config", TINY,
          "--out", str(out), "--no-compare", "--", *SMALL, "--data.steps_per_epoch=40",
-         "--trainer.callbacks+=reliability_faults.StepMarker", f"--trainer.callbacks.path={marker}"],
+         "--trainer.callbacks+=helpers.reliability_faults.StepMarker", f"--trainer.callbacks.path={marker}"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 240

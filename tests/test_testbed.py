@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO
+from helpers.paths import REPO
 from lite_ppo.data import MathDataModule, SyntheticSource
 from lite_ppo.data.testbed import SIZES, TIERS
 from lite_ppo.errors import UserError
@@ -163,7 +163,7 @@ def test_build_is_deterministic(tmp_path):
 def test_rebuild_compares_with_the_shipped_weights(tmp_path, monkeypatch, capsys):
     import dataclasses
 
-    from lite_ppo.prepare_model import main
+    from lite_ppo.cli.prepare_model import main
 
     short = dataclasses.replace(testbed.DEFAULT_PRETRAIN["base"], steps=2, batch_size=4, warmup_steps=1)
     monkeypatch.setitem(testbed.DEFAULT_PRETRAIN, "base", short)

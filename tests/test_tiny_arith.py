@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, read_scalars, tiny_fit_args
+from helpers.fits import read_scalars, tiny_fit_args
+from helpers.paths import REPO
 from lite_ppo.data.synthetic import SyntheticSource
 from lite_ppo.errors import UserError
 from lite_ppo.metric_names import REWARD_ACCURACY
@@ -106,7 +107,7 @@ def test_first_use_says_what_it_prepares(tmp_path, monkeypatch, capsys):
 def test_rebuild_says_whether_it_matches_the_shipped_weights(tmp_path, monkeypatch, capsys):
     """``prepare-model builtin:tiny-arith --rebuild`` pre-trains from scratch (here a short config) and
     compares the result with the shipped checksum: different weights say "differ", the same say "equal"."""
-    from lite_ppo.prepare_model import main
+    from lite_ppo.cli.prepare_model import main
 
     monkeypatch.setattr(tiny_arith, "DEFAULT_PRETRAIN", PretrainConfig(steps=4, batch_size=8, num_problems=32))
     assert main(["builtin:tiny-arith", "--rebuild", "--out", str(tmp_path / "a")]) == 0

@@ -23,9 +23,9 @@ from lite_ppo.errors import UserError
 from lite_ppo.ops import aggregate_loss, clipped_surrogate
 from lite_ppo.ops.covariance import clip_cov_mask, kl_cov_mask, kl_cov_penalty, token_covariance
 from lite_ppo.ops.token_selection import high_entropy_mask, share_count, top_k_mask
-from lite_ppo.ranks import Ranks
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import MiniBatchContext, PolicyLossConfig, Technique, build_loss_config
 
 

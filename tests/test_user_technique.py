@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from conftest import REPO, read_scalars
+from helpers.fits import read_scalars
+from helpers.paths import REPO
 from lite_ppo.cli import main
 
 pytestmark = pytest.mark.slow

@@ -29,7 +29,8 @@ import torch
 pytest.importorskip("vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-from conftest import REPO, read_scalars  # noqa: E402
+from helpers.fits import read_scalars  # noqa: E402
+from helpers.paths import REPO  # noqa: E402
 from lite_ppo.cli import main  # noqa: E402
 from lite_ppo.technique import Technique  # noqa: E402
 

@@ -1,6 +1,6 @@
 """DeepSpeed ZeRO-3 on the CPU (2 gloo processes): exact semantics, the CLI end to end, bucketed gather.
 
-- The fixed global batch of tests/test_distributed.py through ZeRO-3 (with activation checkpointing)
+- The fixed global batch of tests/helpers/distributed.py through ZeRO-3 (with activation checkpointing)
   gives the 1-process advantages, losses, gradient and weight updates (same tolerances as DDP); the
   HF engine then generates on the partitioned policy with ranks stopping at different lengths.
 - ``lite-ppo fit`` with configs/strategies/zero3_cpu_test.yaml: 3 training steps of the tiny model
@@ -8,7 +8,7 @@
   a resume from the second checkpoint runs the remaining step (and reproduces the first run's
   weights exactly once the sampler fix is in); ``lite-ppo export-hf`` writes a folder that
   transformers loads and generates with, holding exactly the consolidated trained weights.
-- :func:`lite_ppo.weight_gather.iter_gathered_state` never has more than ``bucket_bytes`` of
+- :func:`lite_ppo.strategies.weight_gather.iter_gathered_state` never has more than ``bucket_bytes`` of
   parameters gathered (measured independently: bytes of parameters whose full data is present).
 
 This file is also the launcher script of the CLI runs (``torchrun ... tests/test_zero3.py fit ...``
@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from test_distributed import (  # noqa: E402
+from helpers.distributed import (  # noqa: E402
     _free_port,
     assert_same_as_single,
     exit_without_finalizing,
@@ -120,7 +120,7 @@ def test_bucketed_gather_bound(zero3_run):
 
 def test_plan_buckets_bounds_and_groups():
     """Without DeepSpeed: bucket planning by full sizes, tied tensors counted once, groups kept whole."""
-    from lite_ppo.weight_gather import iter_gathered_state, plan_buckets, transformer_block
+    from lite_ppo.strategies.weight_gather import iter_gathered_state, plan_buckets, transformer_block
 
     e, q0, k0, q1, big = (torch.zeros(n) for n in (10, 20, 30, 10, 50))  # float32: 40, 80, 120, 40, 200 bytes
     state = [
@@ -151,47 +151,6 @@ def test_plan_buckets_bounds_and_groups():
     assert [n for n, _ in iter_gathered_state(model, 8)] == ["0.weight", "1.weight"]
 
 
-def measure_bucketed_gather(policy: torch.nn.Module, bucket: int, full: dict[str, torch.Tensor]) -> dict:
-    """Iterate the bucketed gather of a ZeRO-3 partitioned ``policy`` (collective: every rank) and
-    measure, after every yielded tensor, the bytes of parameters whose full data is present on this
-    rank (independently of the helper's own accounting). ``full``: the same weights gathered whole."""
-    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
-
-    from lite_ppo.weight_gather import GatherStats, iter_gathered_state
-
-    params = list({id(p): p for p in policy.parameters()}.values())
-    assert all(hasattr(p, "ds_id") for p in params)
-
-    def present_bytes() -> int:
-        return sum(p.ds_numel * p.element_size() for p in params if p.ds_status == ZeroParamStatus.AVAILABLE)
-
-    before = present_bytes()
-    stats = GatherStats()
-    peak = peak_multi = 0
-    names, equal = [], True
-    for name, tensor in iter_gathered_state(policy, bucket_bytes=bucket, stats=stats):
-        now = present_bytes()
-        peak = max(peak, now)
-        if tensor.numel() * tensor.element_size() <= bucket:
-            peak_multi = max(peak_multi, now)
-        names.append(name)
-        equal &= torch.equal(tensor.float(), full[name])
-    return {
-        "names": names,
-        "state_dict_keys": list(policy.state_dict().keys()),
-        "present_before": before,
-        "present_after": present_bytes(),
-        "max_present_bytes": peak,
-        "max_present_bytes_multi": peak_multi,
-        "largest_tensor_bytes": max(p.ds_numel * p.element_size() for p in params),
-        "buckets": stats.buckets,
-        "unique_tensors": len(params),
-        "oversize": stats.oversize,
-        "max_bucket_bytes": stats.max_bucket_bytes,
-        "equal_to_full": bool(equal),
-    }
-
-
 # ------------------------------------------------------------------------------- the CLI
 def _fit_args(tmp: Path, version: str, *extra: str, recipe: str = "lite_ppo") -> list[str]:
     return [
@@ -219,10 +178,10 @@ def _fit_args(tmp: Path, version: str, *extra: str, recipe: str = "lite_ppo") ->
 def cli_runs(tmp_path_factory, tiny_model_path) -> dict:
     """``lite-ppo fit`` for 3 steps (checkpoint every training step), then a resume from the
     checkpoint of step 2 of 3 (optimizer step 4) that runs the last step again."""
-    from conftest import read_scalars
+    from helpers.fits import read_scalars
 
     tmp = tmp_path_factory.mktemp("zero3_cli")
-    common = ["--trainer.callbacks+=test_distributed.FirstTokenParityReward", "--model.gradient_checkpointing=true"]
+    common = ["--trainer.callbacks+=helpers.distributed.FirstTokenParityReward", "--model.gradient_checkpointing=true"]
 
     def checkpoints_to(folder: Path) -> list[str]:
         return [
@@ -280,7 +239,7 @@ def test_cli_resume_reproduces_the_run(cli_runs):
     """The rollout seeds depend only on (batch index, rank), so the resumed last step equals the first
     run's last step exactly when weights, AdamW states, LR schedule and data position were all
     restored from the shards (measured with the sampler fix: max abs difference 0.0)."""
-    from lite_ppo.checkpoint_reader import read_checkpoint
+    from lite_ppo.checkpoints.reader import read_checkpoint
 
     final = read_checkpoint(cli_runs["ckpts"][-1]).policy_weights
     resumed = read_checkpoint(cli_runs["resumed_ckpts"][-1]).policy_weights
@@ -293,7 +252,7 @@ def test_cli_resume_reproduces_the_run(cli_runs):
 def test_export_hf_loads_and_generates(cli_runs, tiny_model_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lite_ppo.checkpoint_reader import read_checkpoint
+    from lite_ppo.checkpoints.reader import read_checkpoint
     from lite_ppo.cli import main as cli_main
 
     last = cli_runs["ckpts"][-1]
@@ -351,14 +310,14 @@ def test_kl_reference_is_partitioned_and_starts_at_the_policy(tmp_path, tiny_mod
     first reference forward failed. Now it has its own engine: each rank holds half of it, and with
     one optimizer step per rollout the first step's KL is exactly 0 (the policy is the reference
     until its first update) and the second step's is not."""
-    from conftest import read_scalars
+    from helpers.fits import read_scalars
 
     probe = tmp_path / "reference"
     torchrun(
         _fit_args(
             tmp_path,
             "run",
-            "--trainer.callbacks+=test_distributed.FirstTokenParityReward",
+            "--trainer.callbacks+=helpers.distributed.FirstTokenParityReward",
             "--trainer.callbacks+=test_zero3.ReferenceLayout",
             f"--trainer.callbacks.path={probe}",
             "--model.num_mini_batches=1",

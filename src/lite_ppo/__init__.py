@@ -1,14 +1,33 @@
-"""lite-ppo: critic-free PPO for LLM reasoning on verifiable math, on PyTorch Lightning."""
+"""lite-ppo: critic-free PPO for LLM reasoning on verifiable math, on PyTorch Lightning.
+
+The package by its parts: ``cli/`` (the commands), ``training/`` (the LightningModule and the update),
+``rollout/`` (engines), ``data/``, ``rewards/``, ``evaluation/``, ``research/`` (sweep, compare, advise),
+``checkpoints/``, ``strategies/`` (ranks, ZeRO-3), ``reliability/``, ``models/``, ``ops/`` (the math,
+pure torch) and ``callbacks/`` (the techniques). The extension points are here at the top:
+:class:`Technique` (the hook contract), :class:`RolloutBatch`, :mod:`lite_ppo.metric_names` and
+:class:`UserError`.
+"""
+
+from lite_ppo import _moved
+from lite_ppo.errors import UserError
 
 __version__ = "0.1.0"
 
-__all__ = ["LitePPO", "__version__"]
+__all__ = ["LitePPO", "RolloutBatch", "Technique", "UserError", "__version__"]
+
+_moved.install()  # the modules that left the package root still import from their old path, for one release
+
+# Lazy, so that `import lite_ppo.ops` stays a pure-torch import (no Lightning, no transformers).
+_LAZY = {
+    "LitePPO": "lite_ppo.training.module",
+    "Technique": "lite_ppo.technique",
+    "RolloutBatch": "lite_ppo.rollout.batch",
+}
 
 
 def __getattr__(name: str):
-    # Lazy, so that `import lite_ppo.ops` stays a pure-torch import (no Lightning, no transformers).
-    if name == "LitePPO":
-        from lite_ppo.module import LitePPO
+    if name in _LAZY:
+        import importlib
 
-        return LitePPO
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'lite_ppo' has no attribute {name!r}")

@@ -10,8 +10,41 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["UserError"]
+import re
+
+__all__ = ["UserError", "one_line", "parser_message"]
 
 
 class UserError(ValueError):
     """A mistake in the user's input; the message is the whole story (one line, no traceback)."""
+
+
+def parser_message(message: str) -> str:
+    """jsonargparse's multi-line message, made one line: ``Parser key "model.lr": Expected a <class
+    'float'>. Got value: abc`` -> ``model.lr: expected float, got 'abc'``; of a union's errors, the
+    specific ones (a constructor's "SamplingConfig.top_p must be in (0, 1], got 2.0") are kept."""
+    errors = re.findall(r"^\s*- (.*)$", message, flags=re.MULTILINE)
+    specific = [one_line(e) for e in errors if not e.startswith("Expected a ")]
+    if specific:
+        key = re.match(r'\s*Parser key "([^"]+)":', message)
+        return (f"{key.group(1)}: " if key else "") + "; ".join(specific)
+    text = one_line(message)
+    text = re.sub(r'Parser key "([^"]+)":\s*', r"\1: ", text)
+    text = re.sub(r"<class '([\w.]+)'>", r"\1", text)
+    text = re.sub(
+        r"Expected a (\S+?)\. Got value: (.*)$", lambda m: f"expected {m.group(1)}, got {m.group(2).strip()!r}", text
+    )
+    # A union (Optional[int], dict | None): "expected int or null, got 'x'" instead of one error per member.
+    union = re.search(
+        r"Does not validate against any of the Union subtypes Subtypes: \[(.*)\] Errors:.* Given value: (.*)$", text
+    )
+    if union:
+        types = re.sub(r"\bNoneType\b", "null", union.group(1))
+        types = re.sub(r",\s*(?![^\[]*\])", " or ", types)  # commas outside brackets
+        text = f"{text[: union.start()]}expected {types}, got {union.group(2).strip()!r}"
+    return text
+
+
+def one_line(message: str) -> str:
+    """``message`` with every run of whitespace (newlines included) made one space."""
+    return " ".join(message.split())

@@ -2,7 +2,7 @@
 the technique advisor read. Loggers write exactly these names; readers import them from here, so
 a rename happens in one place.
 
-:data:`SCALARS` documents every scalar a run logs (the README's table is rendered from it by
+:data:`SCALARS` documents every scalar a run logs (docs/tensorboard.md's table is rendered from it by
 :func:`scalar_table_markdown`, and a test checks it against what a run actually writes);
 :data:`CUSTOM_SCALARS_LAYOUT` is the first TensorBoard screen (the paper's key panels).
 
@@ -37,7 +37,7 @@ GRAD_NORM = "update/grad_norm"
 LEARNING_RATE = "update/lr"
 STEP_SECONDS = "time/step_s"  # wall seconds of the whole training step (rollout + update)
 
-# Added with the curated set of diagnostics; the names above are unchanged.
+# The diagnostics the paper reads: reward status, clipping by advantage sign, lengths, groups, entropy.
 REWARD_STATUS_RATE = "reward/<status>_rate"  # pattern: reward_status_rate(status)
 CLIP_FRACTION = "clip/fraction"  # share of loss tokens whose gradient the clip removed (either bound)
 CLIP_DUAL_NEGATIVE = "clip/dual_of_negative"  # share of A<0 tokens bounded by the dual clip
@@ -55,6 +55,11 @@ PEAK_RSS = "memory/peak_rss_gib"
 PEAK_GPU = "memory/peak_gpu_gib"
 GENERATION_SECONDS = "time/generation_s"
 UPDATE_SECONDS = "time/update_s"
+OLD_LOGPROB_SECONDS = "time/old_logprobs_s"
+UPDATE_TOKENS_PER_SECOND = "time/update_tokens_per_s"
+RATIO_MAX = "policy/ratio_max"  # over the step's loss tokens, all ranks
+RATIO_MIN = "policy/ratio_min"
+REFILL_ROUNDS = "groups/refill_rounds"  # dynamic sampling: generation rounds beyond the first
 # optimizer steps the divergence guard skipped so far in the run (non-finite loss or grad norm)
 SKIPPED_STEPS = "update/skipped_steps"
 # The policy objectives other than the PPO clip log their own statistics instead of clip/* (ops.POLICY_OBJECTIVES).
@@ -149,8 +154,8 @@ SCALARS: dict[str, tuple[str, str]] = {
         "LitePPO",
         "k3 estimate of KL(pi_old || pi_theta) per trained token, averaged over the mini-batch updates",
     ),
-    "policy/ratio_max": ("LitePPO", "largest importance ratio pi_theta / pi_old of a trained token"),
-    "policy/ratio_min": ("LitePPO", "smallest importance ratio"),
+    RATIO_MAX: ("LitePPO", "largest importance ratio pi_theta / pi_old of a trained token"),
+    RATIO_MIN: ("LitePPO", "smallest importance ratio"),
     CLIP_FRACTION: (
         "LitePPO",
         "share of trained tokens whose gradient the clip removed (either bound); `clip/*` are the default "
@@ -191,9 +196,9 @@ SCALARS: dict[str, tuple[str, str]] = {
     GENERATION_SECONDS: ("Rollout", "seconds generating (all refill rounds)"),
     "time/reward_s": ("Rollout", "seconds scoring with the verifier"),
     "time/generation_tokens_per_s": ("Rollout", "generated tokens per second (this rank)"),
-    "time/old_logprobs_s": ("LitePPO", "seconds computing the old log-probs"),
+    OLD_LOGPROB_SECONDS: ("LitePPO", "seconds computing the old log-probs"),
     UPDATE_SECONDS: ("LitePPO", "seconds of the PPO update (all mini-batches)"),
-    "time/update_tokens_per_s": ("LitePPO", "prompt + response tokens per second of the update (mean over ranks)"),
+    UPDATE_TOKENS_PER_SECOND: ("LitePPO", "prompt + response tokens per second of the update (mean over ranks)"),
     PEAK_RSS: ("Rollout", "peak resident memory of the process so far (GiB, this rank)"),
     OVERLONG_PROMPTS_DROPPED: (
         "Rollout",
@@ -222,7 +227,7 @@ CONDITIONAL_SCALARS: dict[str, tuple[str, str]] = {
         "Rollout",
         "with a `keep_groups` technique (dynamic sampling): share of the first round's responses it dropped",
     ),
-    "groups/refill_rounds": (
+    REFILL_ROUNDS: (
         "Rollout",
         "with a `keep_groups` technique: extra generation rounds run to refill the batch",
     ),

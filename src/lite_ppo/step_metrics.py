@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from lite_ppo.ranks import Ranks
+from lite_ppo.strategies.ranks import Ranks
 
 
 class StepMetrics:

@@ -257,6 +257,12 @@ class Technique(Callback):
     def on_update_end(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, stats: UpdateStats) -> None:
         """After the last optimizer step of the training step. Read-only; log here."""
 
+    # -- any callback ----------------------------------------------------------------------------
+    def on_phase(self, trainer: Trainer, module: LightningModule) -> None:
+        """During a training step, whenever its phase changes: ``module.phase`` is what runs now, e.g.
+        ``("generating", 0, 0)`` or ``("updating", 2, 4)``, None when the step is over. The module calls
+        it on every callback that defines it (the console's progress bar shows the phase)."""
+
 
 TECHNIQUE_HOOKS = tuple(
     name

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from conftest import fit_one_batch, read_scalars
+from helpers.fits import fit_one_batch, read_scalars
 from lite_ppo import LitePPO
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.engine import Generation

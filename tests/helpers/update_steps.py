@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from conftest import fit_one_batch
+from helpers.fits import fit_one_batch
 from lite_ppo import LitePPO
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.technique import Technique

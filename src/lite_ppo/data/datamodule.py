@@ -14,9 +14,9 @@ from lite_ppo.data.loader import BatchDataset, ResumableDataLoader, shard_bounds
 from lite_ppo.data.mixture import TierMixture
 from lite_ppo.data.pools import TierPool, build_pool
 from lite_ppo.data.problem import Problem
+from lite_ppo.data.seeding import run_seed
 from lite_ppo.data.validation import items_loader, problem_set_batches
 from lite_ppo.errors import UserError
-from lite_ppo.seeding import run_seed
 
 DEFAULT_SOURCES = {"easy": "synthetic:easy", "medium": "synthetic:medium", "hard": "synthetic:hard"}
 
@@ -63,7 +63,7 @@ class MathDataModule(LightningDataModule):
             number of ranks.
         steps_per_epoch: batches per epoch (an epoch is only a logging/checkpoint rhythm here).
         seed: selects the batches, the synthetic problems and the held-out split. Default: the
-            run's ``seed_everything`` (``lite_ppo.seeding.run_seed``), read when first needed.
+            run's ``seed_everything`` (``lite_ppo.data.seeding.run_seed``), read when first needed.
         val_size: problems held out per tier for validation (0: no validation loader). They are
             never used for training.
         val_batch_size: problems per validation batch (default: ``prompts_per_step``).

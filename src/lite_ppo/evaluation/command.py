@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -160,8 +159,7 @@ def read_rollout_section(paths: list[str], overrides: list[str] = ()):
 
     from jsonargparse import get_loader
 
-    from lite_ppo.commands import parser_message
-    from lite_ppo.errors import UserError
+    from lite_ppo.errors import UserError, parser_message
 
     load = get_loader("yaml")  # LightningCLI's loader: the same values as fit reads
     argv: list[str] = []
@@ -187,8 +185,7 @@ def read_rollout_section(paths: list[str], overrides: list[str] = ()):
 def rollout_from_args(args: argparse.Namespace):
     """``(producer, sampling)``: the training config's ``rollout.engine``, ``prompt``, ``reward`` and
     ``eval_sampling`` (``--config``), with the command-line flags winning."""
-    from lite_ppo.commands import parser_message
-    from lite_ppo.errors import UserError
+    from lite_ppo.errors import UserError, parser_message
     from lite_ppo.rollout.producer import RolloutProducer
 
     overrides = []
@@ -285,8 +282,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # vLLM on CPU must run in-process (in-place weight updates); harmless for HF.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from lite_ppo.evaluation.benchmarks import apply_limit, load_benchmark_config, load_benchmarks, resolve_data_dir
-    from lite_ppo.evaluation.report import text_table, write_report
-    from lite_ppo.evaluation.runner import evaluate_problems, load_policy_module
+    from lite_ppo.evaluation.runner import evaluate_and_report, load_policy_module
 
     source = args.benchmarks
     if source is None and Path(DEFAULT_BENCHMARK_CONFIG).is_file():
@@ -303,23 +299,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     module = load_policy_module(args.model, base_model=args.base_model, dtype=args.dtype)
     module.eval()
-    start = time.perf_counter()
-    try:
-        results, records, timing = evaluate_problems(
-            module,
-            producer,
-            benchmarks,
-            sampling,
-            batch_size=batch_size,
-            seed=args.seed,
-            ks=args.pass_k,
-            progress=not args.no_progress,
-        )
-    finally:
-        producer.close()
-    wall = time.perf_counter() - start
-
-    titles = {spec.name: spec.display for spec, _ in benchmarks}
     info = {
         "model": args.model,
         "model_path": module.model_path,
@@ -342,12 +321,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "limits": {spec.name: spec.limit for spec, _ in benchmarks},
         "averaged": [spec.name for spec, _ in benchmarks if spec.in_average],
         "seed": args.seed,
-        "wall_time_s": wall,
-        "timing": timing,
     }
-    write_report(args.out, results, titles, info, records)
-    print(text_table(results, titles, title=f"{args.model} ({engine_name}, {wall:.1f} s)"), flush=True)
-    print(f"wrote {Path(args.out) / 'metrics.json'}, metrics.md, responses.jsonl", flush=True)
+    results, info = evaluate_and_report(
+        module,
+        producer,
+        benchmarks,
+        sampling,
+        args.out,
+        info,
+        title=lambda wall: f"{args.model} ({engine_name}, {wall:.1f} s)",
+        batch_size=batch_size,
+        seed=args.seed,
+        ks=args.pass_k,
+        progress=not args.no_progress,
+    )
     return {**info, **results}
 
 

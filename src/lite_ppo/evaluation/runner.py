@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,9 +37,9 @@ def load_policy_module(model: str, base_model: str | None = None, dtype: str = "
     Example:
         >>> module = load_policy_module("builtin:tiny")  # doctest: +SKIP
     """
-    from lite_ppo.checkpoint_reader import is_deepspeed_checkpoint, read_checkpoint
+    from lite_ppo.checkpoints.reader import is_deepspeed_checkpoint, read_checkpoint
     from lite_ppo.models.loading import load_weights
-    from lite_ppo.module import LitePPO
+    from lite_ppo.training.module import LitePPO
 
     path = Path(os.path.expanduser(model))
     if (path.is_file() and path.suffix == ".ckpt") or is_deepspeed_checkpoint(path):
@@ -163,3 +163,32 @@ class _Ticker:
     def stop(self) -> None:
         self._done.set()
         self._thread.join()
+
+
+def evaluate_and_report(
+    module,
+    producer: RolloutProducer,
+    benchmarks: Sequence[tuple[BenchmarkSpec, list[Problem]]],
+    sampling: SamplingConfig,
+    out: str | os.PathLike[str],
+    info: dict[str, Any],
+    title: Callable[[float], str],
+    **evaluate_kwargs: Any,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``lite-ppo evaluate`` and ``lite-ppo test`` after the policy loaded: evaluate ``benchmarks``
+    (:func:`evaluate_problems` with ``evaluate_kwargs``; the producer is closed afterwards), write
+    ``metrics.json``, ``metrics.md`` and ``responses.jsonl`` into ``out``, print the table titled
+    ``title(wall seconds)``. Returns the results and ``info`` with the wall time and timings added."""
+    from lite_ppo.evaluation.report import text_table, write_report
+
+    start = time.perf_counter()
+    try:
+        results, records, timing = evaluate_problems(module, producer, benchmarks, sampling, **evaluate_kwargs)
+    finally:
+        producer.close()
+    info = {**info, "wall_time_s": time.perf_counter() - start, "timing": timing}
+    titles = {spec.name: spec.display for spec, _ in benchmarks}
+    write_report(out, results, titles, info, records)
+    print(text_table(results, titles, title=title(info["wall_time_s"])), flush=True)
+    print(f"wrote {Path(out) / 'metrics.json'}, metrics.md, responses.jsonl", flush=True)
+    return results, info

@@ -76,7 +76,7 @@ def load_causal_lm(
         weights: ``None``: the folder's own weights (``from_pretrained``; under ZeRO-3, see
             :func:`lite_ppo.strategies.zero.hf_zero3_loading`, straight into the partitions).
             Otherwise weights with Hugging Face names (e.g. a training checkpoint's, from
-            :func:`lite_ppo.checkpoint_reader.read_checkpoint`): the model is built from the
+            :func:`lite_ppo.checkpoints.reader.read_checkpoint`): the model is built from the
             folder's config without initialising it and filled by :func:`load_weights`.
         source: what ``weights`` are, for error messages.
 

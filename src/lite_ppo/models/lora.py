@@ -171,7 +171,7 @@ def iter_merged_buckets(
 ) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """The merged weights of a peft model under the base model's Hugging Face names, in buckets.
 
-    Like :func:`lite_ppo.weight_gather.iter_gathered_buckets` for a plain model (same order, tied
+    Like :func:`lite_ppo.strategies.weight_gather.iter_gathered_buckets` for a plain model (same order, tied
     ``lm_head.weight`` included, same bucket bound), with peft's names mapped back
     (``base_model.model.`` and ``.base_layer`` dropped, the adapters' own tensors left out) and each
     adapted weight replaced by ``W + scale * B @ A`` (what peft's ``merge`` adds), computed in the
@@ -180,7 +180,7 @@ def iter_merged_buckets(
     """
     from peft.tuners.lora import LoraLayer
 
-    from lite_ppo.weight_gather import checkpoint_items, plan_buckets
+    from lite_ppo.strategies.weight_gather import checkpoint_items, plan_buckets
 
     base = model.get_base_model()
     layers = {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
@@ -236,7 +236,7 @@ def lora_policy(
     source: str = "the checkpoint",
 ) -> torch.nn.Module:
     """The peft policy a LoRA run trained, rebuilt from a checkpoint's weights (peft's names, as
-    :func:`lite_ppo.checkpoint_reader.read_checkpoint` returns them): base model from ``model_path``,
+    :func:`lite_ppo.checkpoints.reader.read_checkpoint` returns them): base model from ``model_path``,
     adapters from ``settings``, every tensor from ``weights`` (a missing or extra one: ``UserError``).
     In eval mode."""
     from lite_ppo.models.loading import load_causal_lm, load_weights

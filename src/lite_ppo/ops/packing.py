@@ -180,18 +180,8 @@ def pack_shared_prompts(
     predict_index = torch.zeros(num_rows, response_width, dtype=torch.long)
     response_valid = torch.zeros(num_rows, response_width, dtype=torch.long)
     for members in groups:
-        first = members[0]
-        p = prompt_lengths[first]
-        if p == 0:
-            raise ValueError(
-                f"row {first} has an empty prompt: the first response token has no position to be predicted from"
-            )
-        prompt = input_ids[first, prompt_width - p : prompt_width]
-        for b in members[1:]:
-            if prompt_lengths[b] != p or not torch.equal(input_ids[b, prompt_width - p : prompt_width], prompt):
-                raise ValueError(
-                    f"rows {first} and {b} share group id {group_ids[first].item()} but not the same prompt"
-                )
+        prompt = _shared_prompt(input_ids, members, prompt_lengths, prompt_width, group_ids)
+        p = len(prompt)
         r = 0 if one_row else len(rows_ids)  # this group's packed row
         start = sum(map(len, rows_ids)) if one_row else 0  # packed column of the prompt's first token
         ids, pos, seg = [prompt], [torch.arange(p)], [torch.zeros(p, dtype=torch.long)]
@@ -216,12 +206,34 @@ def pack_shared_prompts(
     if one_row and rows_ids:
         rows_ids, rows_pos, rows_seg = [torch.cat(rows_ids)], [torch.cat(rows_pos)], [torch.cat(rows_seg)]
     length = max((len(x) for x in rows_ids), default=0)
-    pad = lambda xs, value: torch.stack([torch.nn.functional.pad(x, (0, length - len(x)), value=value) for x in xs])  # noqa: E731
     return PackedGroups(
-        input_ids=pad(rows_ids, pad_token_id).to(device),
-        position_ids=pad(rows_pos, 0).to(device),
-        segment_ids=pad(rows_seg, -1).to(device),
+        input_ids=_right_padded(rows_ids, length, pad_token_id).to(device),
+        position_ids=_right_padded(rows_pos, length, 0).to(device),
+        segment_ids=_right_padded(rows_seg, length, -1).to(device),
         row=row.to(device),
         predict_index=predict_index.to(device),
         response_valid=response_valid.to(device),
     )
+
+
+def _shared_prompt(
+    input_ids: torch.Tensor, members: list[int], prompt_lengths: list[int], prompt_width: int, group_ids: torch.Tensor
+) -> torch.Tensor:
+    """The real prompt tokens of a group's rows ``members``; a ``ValueError`` unless they all hold the
+    same, non-empty prompt."""
+    first = members[0]
+    p = prompt_lengths[first]
+    if p == 0:
+        raise ValueError(
+            f"row {first} has an empty prompt: the first response token has no position to be predicted from"
+        )
+    prompt = input_ids[first, prompt_width - p : prompt_width]
+    for b in members[1:]:
+        if prompt_lengths[b] != p or not torch.equal(input_ids[b, prompt_width - p : prompt_width], prompt):
+            raise ValueError(f"rows {first} and {b} share group id {group_ids[first].item()} but not the same prompt")
+    return prompt
+
+
+def _right_padded(rows: list[torch.Tensor], length: int, value: int) -> torch.Tensor:
+    """[len(rows), length]: each row followed by ``value`` up to ``length``."""
+    return torch.stack([torch.nn.functional.pad(x, (0, length - len(x)), value=value) for x in rows])

@@ -54,7 +54,7 @@ from typing_extensions import override
 
 from lite_ppo.errors import UserError
 from lite_ppo.metric_names import APPROX_KL, ENTROPY, SKIPPED_STEPS
-from lite_ppo.ranks import Ranks
+from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.strategies.zero import deepspeed_strategy
 
 

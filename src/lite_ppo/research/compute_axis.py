@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lite_ppo import metric_names as m
+from lite_ppo import metric_names as names
 from lite_ppo.errors import UserError
 from lite_ppo.research.scalars import ScalarTable
 
@@ -46,8 +46,8 @@ class Axis:
 
 AXES: dict[str, Axis] = {
     "step": Axis("step", "training step (rollout batches)"),
-    "tokens": Axis("tokens", "generated tokens, cumulative", m.GENERATED_TOKENS),
-    "seconds": Axis("seconds", "training wall seconds, cumulative", m.STEP_SECONDS),
+    "tokens": Axis("tokens", "generated tokens, cumulative", names.GENERATED_TOKENS),
+    "seconds": Axis("seconds", "training wall seconds, cumulative", names.STEP_SECONDS),
 }
 
 

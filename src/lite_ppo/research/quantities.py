@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from lite_ppo import metric_names as m
+from lite_ppo import metric_names as names
 
 __all__ = ["KEY_QUANTITIES", "Quantity", "eval_quantities", "quantities_for"]
 
@@ -42,7 +42,7 @@ class Quantity:
     @property
     def evaluation(self) -> bool:
         """Logged at validations only (benchmark and held-out accuracies): drawn as points with error bars."""
-        return self.tag.startswith((m.EVAL_PREFIX, m.VAL_PREFIX))
+        return self.tag.startswith((names.EVAL_PREFIX, names.VAL_PREFIX))
 
     @property
     def slug(self) -> str:
@@ -50,14 +50,14 @@ class Quantity:
 
 
 KEY_QUANTITIES: tuple[Quantity, ...] = (
-    Quantity(m.REWARD_ACCURACY, "Training accuracy", "share of responses", share=True, better="higher"),
-    Quantity(m.EVAL_AVERAGE_ACCURACY, "Benchmark accuracy (average)", "greedy", share=True, better="higher"),
-    Quantity(m.RESPONSE_LENGTH, "Response length", "tokens"),
-    Quantity(m.ENTROPY, "Entropy", "nats/token"),
-    Quantity(m.CLIP_LOWER_NEGATIVE, "Clipped at lower bound, A<0", "of A<0 tokens", share=True),
-    Quantity(m.CLIP_UPPER_POSITIVE, "Clipped at upper bound, A>0", "of A>0 tokens", share=True),
-    Quantity(m.TRUNCATION_RATE, "Truncation rate", "of responses", share=True, better="lower"),
-    Quantity(m.GROUPS_MIXED, "Mixed groups", "of prompts", share=True, better="higher"),
+    Quantity(names.REWARD_ACCURACY, "Training accuracy", "share of responses", share=True, better="higher"),
+    Quantity(names.EVAL_AVERAGE_ACCURACY, "Benchmark accuracy (average)", "greedy", share=True, better="higher"),
+    Quantity(names.RESPONSE_LENGTH, "Response length", "tokens"),
+    Quantity(names.ENTROPY, "Entropy", "nats/token"),
+    Quantity(names.CLIP_LOWER_NEGATIVE, "Clipped at lower bound, A<0", "of A<0 tokens", share=True),
+    Quantity(names.CLIP_UPPER_POSITIVE, "Clipped at upper bound, A>0", "of A>0 tokens", share=True),
+    Quantity(names.TRUNCATION_RATE, "Truncation rate", "of responses", share=True, better="lower"),
+    Quantity(names.GROUPS_MIXED, "Mixed groups", "of prompts", share=True, better="higher"),
 )
 
 
@@ -66,7 +66,7 @@ def _per_name(tags: Iterable[str], prefix: str, tag_of, title: str) -> list[Quan
     suffix = tag_of("")[len(prefix) :]  # what follows the name
     out = []
     for tag in sorted(set(tags)):
-        if tag == m.EVAL_AVERAGE_ACCURACY or not (tag.startswith(prefix) and tag.endswith(suffix)):
+        if tag == names.EVAL_AVERAGE_ACCURACY or not (tag.startswith(prefix) and tag.endswith(suffix)):
             continue
         name = tag[len(prefix) : len(tag) - len(suffix)]
         if name and tag_of(name) == tag:
@@ -79,8 +79,8 @@ def eval_quantities(tags: Iterable[str]) -> list[Quantity]:
     ``tags`` (the benchmark average is a key quantity of its own)."""
     tags = list(tags)
     return [
-        *_per_name(tags, m.EVAL_PREFIX, m.eval_accuracy, "Benchmark accuracy"),
-        *_per_name(tags, m.VAL_PREFIX, m.val_accuracy, "Held-out accuracy"),
+        *_per_name(tags, names.EVAL_PREFIX, names.eval_accuracy, "Benchmark accuracy"),
+        *_per_name(tags, names.VAL_PREFIX, names.val_accuracy, "Held-out accuracy"),
     ]
 
 

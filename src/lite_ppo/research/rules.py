@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lite_ppo import metric_names as m
+from lite_ppo import metric_names as names
 from lite_ppo.research.context import RunContext
 from lite_ppo.research.scalars import ScalarTable, Series
 
@@ -78,14 +78,14 @@ LONG_RESPONSE_TOKENS = 1024.0
 
 # The scalars the rules read (the callback keeps exactly these).
 RULE_TAGS = (
-    m.CLIP_UPPER_POSITIVE,
-    m.ENTROPY,
-    m.GROUPS_MIXED,
-    m.REWARD_STD,
-    m.REWARD_ACCURACY,
-    m.TRUNCATION_RATE,
-    m.REPETITION_TRUNCATED,
-    m.RESPONSE_LENGTH,
+    names.CLIP_UPPER_POSITIVE,
+    names.ENTROPY,
+    names.GROUPS_MIXED,
+    names.REWARD_STD,
+    names.REWARD_ACCURACY,
+    names.TRUNCATION_RATE,
+    names.REPETITION_TRUNCATED,
+    names.RESPONSE_LENGTH,
 )
 
 
@@ -145,10 +145,10 @@ def _callback_yaml(action: str, class_path: str, init_args: str | None = None, w
 
 
 def rule_reward_std_collapsed(table: ScalarTable, ctx: RunContext) -> Finding | None:
-    std = _series(table, m.REWARD_STD)
+    std = _series(table, names.REWARD_STD)
     if std is None or recent(std) >= REWARD_STD_COLLAPSED:
         return None
-    acc = _series(table, m.REWARD_ACCURACY)
+    acc = _series(table, names.REWARD_ACCURACY)
     accuracy = recent(acc) if acc is not None else None
     if accuracy is not None and accuracy >= 0.5:
         verdict, weights = f"too easy (accuracy {accuracy:.3f})", "{easy: 0.2, medium: 0.4, hard: 0.4}"
@@ -160,7 +160,7 @@ def rule_reward_std_collapsed(table: ScalarTable, ctx: RunContext) -> Finding | 
         rule="reward_std_collapsed",
         priority=0,
         title=f"Reward std has collapsed: the data is {verdict} for this model",
-        measured=f"{m.REWARD_STD} = {recent(std):.4f} (recent mean)",
+        measured=f"{names.REWARD_STD} = {recent(std):.4f} (recent mean)",
         threshold=f"< {REWARD_STD_COLLAPSED}",
         reasoning=(
             f"With (almost) every group all-correct or all-wrong every advantage is zero; {PAPER} "
@@ -174,7 +174,7 @@ def rule_reward_std_collapsed(table: ScalarTable, ctx: RunContext) -> Finding | 
 
 
 def rule_low_reward_signal(table: ScalarTable, ctx: RunContext) -> Finding | None:
-    std, mixed = _series(table, m.REWARD_STD), _series(table, m.GROUPS_MIXED)
+    std, mixed = _series(table, names.REWARD_STD), _series(table, names.GROUPS_MIXED)
     if std is not None and recent(std) < REWARD_STD_COLLAPSED:
         return None  # the collapse rule says it more strongly
     low_std = std is not None and recent(std) < REWARD_STD_LOW
@@ -183,9 +183,9 @@ def rule_low_reward_signal(table: ScalarTable, ctx: RunContext) -> Finding | Non
         return None
     measured = []
     if std is not None:
-        measured.append(f"{m.REWARD_STD} = {recent(std):.3f}")
+        measured.append(f"{names.REWARD_STD} = {recent(std):.3f}")
     if mixed is not None:
-        measured.append(f"{m.GROUPS_MIXED} = {recent(mixed):.3f}")
+        measured.append(f"{names.GROUPS_MIXED} = {recent(mixed):.3f}")
     if ctx.has("DynamicSampling"):
         yaml = "# compare removing the std scale (Dr. GRPO style); change AdvantageNormalization:\n" + _callback_yaml(
             "change", "lite_ppo.callbacks.AdvantageNormalization", "{mean_scope: group, std_scope: none}"
@@ -206,7 +206,7 @@ def rule_low_reward_signal(table: ScalarTable, ctx: RunContext) -> Finding | Non
         priority=1,
         title="Little reward signal per batch: try dynamic sampling or compare removing the std",
         measured=", ".join(measured) + " (recent means)",
-        threshold=f"{m.REWARD_STD} < {REWARD_STD_LOW} or {m.GROUPS_MIXED} < {MIXED_GROUPS_MIN}",
+        threshold=f"{names.REWARD_STD} < {REWARD_STD_LOW} or {names.GROUPS_MIXED} < {MIXED_GROUPS_MIN}",
         reasoning=(
             "All-same groups carry zero advantage and a concentrated reward distribution makes std scaling "
             f"amplify noise; {PAPER} advise comparing without the std when the batch reward std is low."
@@ -216,7 +216,7 @@ def rule_low_reward_signal(table: ScalarTable, ctx: RunContext) -> Finding | Non
 
 
 def rule_overlong_filtering(table: ScalarTable, ctx: RunContext) -> Finding | None:
-    trunc, rep = _series(table, m.TRUNCATION_RATE), _series(table, m.REPETITION_TRUNCATED)
+    trunc, rep = _series(table, names.TRUNCATION_RATE), _series(table, names.REPETITION_TRUNCATED)
     if trunc is None or rep is None or len(trunc) < MIN_TREND_STEPS or ctx.has("OverlongFilter"):
         return None
     rise = recent(trunc) - early(trunc)
@@ -227,8 +227,8 @@ def rule_overlong_filtering(table: ScalarTable, ctx: RunContext) -> Finding | No
         priority=2,
         title="Truncation is rising and the truncated responses repeat: add overlong filtering",
         measured=(
-            f"{m.TRUNCATION_RATE} {early(trunc):.3f} -> {recent(trunc):.3f}, "
-            f"{m.REPETITION_TRUNCATED} = {recent(rep):.3f}"
+            f"{names.TRUNCATION_RATE} {early(trunc):.3f} -> {recent(trunc):.3f}, "
+            f"{names.REPETITION_TRUNCATED} = {recent(rep):.3f}"
         ),
         threshold=(
             f"truncation >= {TRUNCATION_MIN} and rising by >= "
@@ -243,7 +243,7 @@ def rule_overlong_filtering(table: ScalarTable, ctx: RunContext) -> Finding | No
 
 
 def rule_clip_higher_helps(table: ScalarTable, ctx: RunContext) -> Finding | None:
-    clip, entropy = _series(table, m.CLIP_UPPER_POSITIVE), _series(table, m.ENTROPY)
+    clip, entropy = _series(table, names.CLIP_UPPER_POSITIVE), _series(table, names.ENTROPY)
     if clip is None or entropy is None or len(entropy) < MIN_TREND_STEPS or ctx.clip_eps_high >= CLIP_HIGHER_EPS:
         return None
     start, end = early(entropy), recent(entropy)
@@ -260,7 +260,7 @@ def rule_clip_higher_helps(table: ScalarTable, ctx: RunContext) -> Finding | Non
         priority=3,
         title="Many A>0 tokens hit the upper clip bound while entropy falls: Clip-Higher likely helps",
         measured=(
-            f"{m.CLIP_UPPER_POSITIVE} = {recent(clip):.4f}, {m.ENTROPY} {start:.3f} -> "
+            f"{names.CLIP_UPPER_POSITIVE} = {recent(clip):.4f}, {names.ENTROPY} {start:.3f} -> "
             f"{end:.3f} ({(1 - end / start) * 100:.0f} % drop), eps_high = {ctx.clip_eps_high}"
         ),
         threshold=f"clip >= {CLIP_UPPER_ACTIVE} and entropy drop >= {ENTROPY_DROP:.0%}",
@@ -275,7 +275,7 @@ def rule_clip_higher_helps(table: ScalarTable, ctx: RunContext) -> Finding | Non
 def rule_token_level_for_base(table: ScalarTable, ctx: RunContext) -> Finding | None:
     if ctx.model_kind != "base" or ctx.loss_aggregation == "token-mean":
         return None
-    length = _series(table, m.RESPONSE_LENGTH)
+    length = _series(table, names.RESPONSE_LENGTH)
     long_responses = length is not None and recent(length) >= LONG_RESPONSE_TOKENS
     hard = ctx.hard_share is not None and ctx.hard_share >= HARD_SHARE_MIN
     if not (long_responses or hard):
@@ -284,7 +284,7 @@ def rule_token_level_for_base(table: ScalarTable, ctx: RunContext) -> Finding | 
     if ctx.hard_share is not None:
         measured.append(f"hard-tier share {ctx.hard_share:.2f}")
     if length is not None:
-        measured.append(f"{m.RESPONSE_LENGTH} = {recent(length):.0f} tokens")
+        measured.append(f"{names.RESPONSE_LENGTH} = {recent(length):.0f} tokens")
     return Finding(
         rule="token_level_for_base",
         priority=4,
@@ -314,7 +314,7 @@ def rule_sequence_level_for_aligned(table: ScalarTable, ctx: RunContext) -> Find
 
 
 def rule_clip_higher_cannot_matter(table: ScalarTable, ctx: RunContext) -> Finding | None:
-    clip = _series(table, m.CLIP_UPPER_POSITIVE)
+    clip = _series(table, names.CLIP_UPPER_POSITIVE)
     # Measured at a raised bound (Clip-Higher on), a rate near zero says nothing about the symmetric
     # bound, so only a run at the symmetric bound can tell that raising it would not matter.
     if clip is None or recent(clip) >= CLIP_UPPER_NEGLIGIBLE or ctx.has("ClipHigher"):
@@ -324,7 +324,7 @@ def rule_clip_higher_cannot_matter(table: ScalarTable, ctx: RunContext) -> Findi
         rule="clip_higher_cannot_matter",
         priority=6,
         title="Upper-bound clipping is practically never hit: Clip-Higher cannot matter",
-        measured=f"{m.CLIP_UPPER_POSITIVE} = {recent(clip):.4f} (recent mean)",
+        measured=f"{names.CLIP_UPPER_POSITIVE} = {recent(clip):.4f} (recent mean)",
         threshold=f"< {CLIP_UPPER_NEGLIGIBLE}",
         reasoning=(
             "Raising a bound that almost no ratio reaches leaves the objective unchanged; "

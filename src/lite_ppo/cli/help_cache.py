@@ -25,7 +25,7 @@ A stored text is used only when everything it could depend on is unchanged; the 
 
 Only a help that exits 0 with nothing on stderr is stored. A missing, unreadable or corrupt entry
 (checked by a header with the key and a SHA-256 of the text) falls back to the real path silently.
-``LITE_PPO_HELP_CACHE=0`` turns the cache off; ``python -m lite_ppo.help_cache`` fills it for the
+``LITE_PPO_HELP_CACHE=0`` turns the cache off; ``python -m lite_ppo.cli.help_cache`` fills it for the
 three commands at the current terminal width (``make install`` does, so the first call is fast too).
 
 Example::
@@ -133,7 +133,7 @@ def source_roots() -> list[Path]:
     checkout), found without importing the callbacks."""
     import importlib.util
 
-    roots = [Path(__file__).resolve().parent]
+    roots = [Path(__file__).resolve().parents[1]]  # lite_ppo/ (this file is lite_ppo/cli/help_cache.py)
     spec = importlib.util.find_spec("lite_ppo.callbacks")
     for location in (spec.submodule_search_locations or []) if spec is not None else []:
         path = Path(location).resolve()

@@ -4,7 +4,7 @@ Every subcommand is a row of :data:`COMMANDS`: its name, a one-line summary and 
 as a ``"module:function"`` string that is imported only when that command runs. So ``lite-ppo
 --help`` and ``lite-ppo <project command> --help`` answer without importing torch, Lightning or
 transformers; ``fit`` / ``validate`` / ``test`` build LightningCLI's parser (``lite_ppo.cli``), except
-for their plain ``--help``, which comes from a cache once built (``lite_ppo.help_cache``).
+for their plain ``--help``, which comes from a cache once built (``lite_ppo.cli.help_cache``).
 
 Errors a user can fix (:class:`lite_ppo.errors.UserError`, and LightningCLI's parse errors) end in one
 line on stderr, ``lite-ppo <command>: error: ...``, with exit status 2 and no traceback. ``--debug``
@@ -26,8 +26,8 @@ import re
 import sys
 from dataclasses import dataclass
 
-from lite_ppo.allocator import retain_freed_memory
-from lite_ppo.errors import UserError
+from lite_ppo.cli.allocator import retain_freed_memory
+from lite_ppo.errors import UserError, one_line, parser_message
 
 __all__ = ["COMMANDS", "REMOVED", "Command", "main"]
 
@@ -51,19 +51,19 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "fit",
         "train a policy with a recipe (LightningCLI): --config RECIPE.yaml --config MODEL.yaml",
-        "lite_ppo.cli:run_lightning",
+        "lite_ppo.cli.lightning_cli:run_lightning",
         lightning=True,
     ),
     Command(
         "validate",
         "evaluate the held-out training problems and the benchmarks present; print the table",
-        "lite_ppo.cli:run_lightning",
+        "lite_ppo.cli.lightning_cli:run_lightning",
         lightning=True,
     ),
     Command(
         "test",
         "evaluate the benchmarks with the config's model or --ckpt_path; print and write the report",
-        "lite_ppo.cli:run_lightning",
+        "lite_ppo.cli.lightning_cli:run_lightning",
         lightning=True,
     ),
     Command(
@@ -74,12 +74,12 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "prepare-model",
         "build or convert a builtin model into the local cache and print its folder",
-        "lite_ppo.prepare_model:main",
+        "lite_ppo.cli.prepare_model:main",
     ),
     Command(
         "export-hf",
         "write a Hugging Face folder from a checkpoint (DeepSpeed ZeRO shards included)",
-        "lite_ppo.export:main",
+        "lite_ppo.checkpoints.export:main",
     ),
     Command(
         "data",
@@ -175,15 +175,15 @@ def _run(argv: list[str] | None) -> int | None:
             raise UserError(f"{hint}; the commands are: {', '.join(_BY_NAME)} (see `{PROG} --help`)")
         if command.lightning and argv is None:
             # `fit|validate|test --help` from the stored text when nothing it depends on changed
-            # (lite_ppo.help_cache): LightningCLI's parser takes ~6 s to build, most of it imports.
-            from lite_ppo.help_cache import serve
+            # (lite_ppo.cli.help_cache): LightningCLI's parser takes ~6 s to build, most of it imports.
+            from lite_ppo.cli.help_cache import serve
 
             status = serve(name, rest)
             if status is not None:
                 raise SystemExit(status)
         function = _load(command.target)
         # Before the command allocates anything large: freed memory stays for the next tensor
-        # (lite_ppo.allocator; LITE_PPO_RETAIN_FREED_MEMORY=0 turns it off).
+        # (lite_ppo.cli.allocator; LITE_PPO_RETAIN_FREED_MEMORY=0 turns it off).
         retain_freed_memory()
         if command.lightning:
             return function([name, *rest])
@@ -205,7 +205,7 @@ def user_error_message(err: BaseException, prog: str = PROG) -> str | None:
     value, missing config file).
     """
     if isinstance(err, UserError):
-        return _one_line(str(err))
+        return one_line(str(err))
     if isinstance(err, argparse.ArgumentError):
         problem = class_path_problem(err)
         if problem is not None:
@@ -223,7 +223,7 @@ def class_path_problem(err: BaseException) -> str | None:
         seen.add(id(err))
         found = re.match(r"Problem with given class_path '([^']+)':\s*(\S.*)", str(err), flags=re.DOTALL)
         if found:
-            return f"class_path '{found.group(1)}': {_one_line(found.group(2))}"
+            return f"class_path '{found.group(1)}': {one_line(found.group(2))}"
         err = err.__cause__ or err.__context__
     return None
 
@@ -238,36 +238,6 @@ def negative_value_hint(message: str, args: list[str]) -> str:
         if given == option and re.fullmatch(r"-(\d|\.\d|inf)[\w.+\-]*", value):
             return f"; a value starting with '-' is read as an option: write {option}={value}"
     return ""
-
-
-def parser_message(message: str) -> str:
-    """jsonargparse's multi-line message, made one line: ``Parser key "model.lr": Expected a <class
-    'float'>. Got value: abc`` -> ``model.lr: expected float, got 'abc'``; of a union's errors, the
-    specific ones (a constructor's "SamplingConfig.top_p must be in (0, 1], got 2.0") are kept."""
-    errors = re.findall(r"^\s*- (.*)$", message, flags=re.MULTILINE)
-    specific = [_one_line(e) for e in errors if not e.startswith("Expected a ")]
-    if specific:
-        key = re.match(r'\s*Parser key "([^"]+)":', message)
-        return (f"{key.group(1)}: " if key else "") + "; ".join(specific)
-    text = _one_line(message)
-    text = re.sub(r'Parser key "([^"]+)":\s*', r"\1: ", text)
-    text = re.sub(r"<class '([\w.]+)'>", r"\1", text)
-    text = re.sub(
-        r"Expected a (\S+?)\. Got value: (.*)$", lambda m: f"expected {m.group(1)}, got {m.group(2).strip()!r}", text
-    )
-    # A union (Optional[int], dict | None): "expected int or null, got 'x'" instead of one error per member.
-    union = re.search(
-        r"Does not validate against any of the Union subtypes Subtypes: \[(.*)\] Errors:.* Given value: (.*)$", text
-    )
-    if union:
-        types = re.sub(r"\bNoneType\b", "null", union.group(1))
-        types = re.sub(r",\s*(?![^\[]*\])", " or ", types)  # commas outside brackets
-        text = f"{text[: union.start()]}expected {types}, got {union.group(2).strip()!r}"
-    return text
-
-
-def _one_line(message: str) -> str:
-    return " ".join(message.split())
 
 
 def _load(target: str):

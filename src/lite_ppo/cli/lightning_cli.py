@@ -1,5 +1,5 @@
 """LightningCLI for lite-ppo: ``fit``, ``validate`` and ``test`` (the ``lite-ppo`` dispatcher is
-``lite_ppo.commands``; it imports this module only for those three commands).
+``lite_ppo.cli.commands``; it imports this module only for those three commands).
 
     lite-ppo fit --config configs/recipes/lite_ppo.yaml --config configs/models/tiny.yaml
     lite-ppo validate --config configs/recipes/lite_ppo.yaml --config configs/models/tiny.yaml
@@ -30,14 +30,13 @@ from lite_ppo.callbacks.console import ConsoleProgressBar
 from lite_ppo.callbacks.diagnostics import Diagnostics
 from lite_ppo.callbacks.evaluation import Evaluation
 from lite_ppo.callbacks.rollout import Rollout
-from lite_ppo.commands import main, parser_message  # main: the entry point, kept importable from here
 from lite_ppo.data.datamodule import MathDataModule
-from lite_ppo.errors import UserError
-from lite_ppo.module import LitePPO
+from lite_ppo.data.seeding import run_seed
+from lite_ppo.errors import UserError, parser_message
 from lite_ppo.reliability import CheckpointIntegrity, DivergenceGuard, Preemption
 from lite_ppo.research.run_dir import configure_evaluation_dir, prepare_fit_run
 from lite_ppo.research.run_record import RunRecord
-from lite_ppo.seeding import run_seed
+from lite_ppo.training.module import LitePPO
 
 TRAINER_DEFAULTS = {
     "log_every_n_steps": 1,
@@ -61,7 +60,7 @@ class LitePPOCLI(LightningCLI):
     the held-out tiers and the default benchmarks that are present); ``test`` (the benchmark
     evaluation of ``lite-ppo evaluate``, see :meth:`test`). ``predict`` and the
     ``--optimizer`` / ``--lr_scheduler`` groups are not offered (the module builds AdamW itself).
-    Parse errors raise ``argparse.ArgumentError`` for the dispatcher (``lite_ppo.commands``) to
+    Parse errors raise ``argparse.ArgumentError`` for the dispatcher (``lite_ppo.cli.commands``) to
     print as one line.
     """
 
@@ -82,7 +81,7 @@ class LitePPOCLI(LightningCLI):
 
     def init_parser(self, **kwargs: Any):
         # Raise jsonargparse's ArgumentError instead of printing the whole usage and exiting: the
-        # lite-ppo dispatcher prints it as one line (lite_ppo.commands.user_error_message).
+        # lite-ppo dispatcher prints it as one line (lite_ppo.cli.commands.user_error_message).
         kwargs.setdefault("exit_on_error", False)
         return super().init_parser(**kwargs)
 
@@ -116,10 +115,10 @@ class LitePPOCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         # LightningCLI replaces the model's settings with the checkpoint's, which silently drops changed
         # --model.* values at resume. For fit, keep the given ones and refuse unsafe changes now, before
-        # any model loads; LitePPO.on_load_checkpoint reports the applied ones (lite_ppo.resume).
+        # any model loads; LitePPO.on_load_checkpoint reports the applied ones (lite_ppo.training.resume).
         if self.config.get("subcommand") != "fit":
             return super()._parse_ckpt_path()
-        from lite_ppo.resume import check_resume, saved_hyperparameters
+        from lite_ppo.training.resume import check_resume, saved_hyperparameters
 
         ckpt_path = self.config.fit.get("ckpt_path")
         saved = saved_hyperparameters(str(ckpt_path)) if ckpt_path else None
@@ -141,7 +140,7 @@ class LitePPOCLI(LightningCLI):
         return super()._instantiate_trainer(config, callbacks)
 
     def before_instantiate_classes(self) -> None:
-        # Unset data / rollout seeds are the run's seed (lite_ppo.seeding, set by seed_everything just
+        # Unset data / rollout seeds are the run's seed (lite_ppo.data.seeding, set by seed_everything just
         # before): written in, so that the saved config.yaml says which seeds ran.
         config = self.config[self.subcommand] if self.subcommand else self.config
         for section in ("data", "rollout"):
@@ -276,12 +275,50 @@ class LitePPOCLI(LightningCLI):
         ``responses.jsonl`` into ``<run>/test`` for a checkpoint inside a run folder, else under
         ``<log dir>/test``. Runs in this process (like ``lite-ppo evaluate``)."""
         from lite_ppo.evaluation.metrics import flatten
-        from lite_ppo.evaluation.report import text_table, write_report
-        from lite_ppo.evaluation.runner import evaluate_problems, load_policy_module
+        from lite_ppo.evaluation.runner import evaluate_and_report, load_policy_module
 
         trainer = self.trainer
         rollout = next(cb for cb in trainer.callbacks if isinstance(cb, Rollout))
         evaluation = next((cb for cb in trainer.callbacks if isinstance(cb, Evaluation)), None)
+        present = self._test_benchmarks(evaluation)
+        if ckpt_path is not None:
+            if not Path(str(ckpt_path)).exists():
+                raise UserError(f"--ckpt_path {ckpt_path}: no such checkpoint file or folder")
+            module = load_policy_module(str(ckpt_path), dtype=model.hparams.torch_dtype)
+        else:
+            module = model
+            module.configure_model()
+        module.to(trainer.strategy.root_device)
+        module.eval()
+        sampling = rollout.eval_sampling
+        out = self.evaluation_dir or Path(trainer.log_dir or trainer.default_root_dir) / "test"
+        name = str(ckpt_path or model.hparams.model_path)
+        info = {
+            "model": name,
+            "engine": type(rollout.engine).__name__,
+            "sampling": dataclasses.asdict(sampling),
+        }
+        results, info = evaluate_and_report(
+            module,
+            rollout.producer,
+            present,
+            sampling,
+            out,
+            info,
+            title=lambda wall: f"Test: {name}",
+            batch_size=evaluation.batch_size if evaluation is not None else 32,
+            seed=rollout.seed,
+            ks=evaluation.pass_k if evaluation is not None else None,
+            progress=verbose,
+        )
+        groups = {**results["groups"], **{k: results[k] for k in ("average", "weighted_average") if results.get(k)}}
+        for logger in trainer.loggers:
+            logger.log_metrics(flatten("test", groups), step=trainer.global_step)
+        return results
+
+    def _test_benchmarks(self, evaluation: Evaluation | None) -> list:
+        """The benchmarks ``test`` evaluates, loaded: those of the configured ``Evaluation`` callback, else
+        the default list, cut by ``--limit``; the missing ones are named, none present is an error."""
         specs, data_dir = (
             (evaluation.specs, evaluation.data_dir) if evaluation is not None else default_benchmark_specs()
         )
@@ -302,44 +339,7 @@ class LitePPOCLI(LightningCLI):
                 "(`lite-ppo data fetch NAME`, or $LITE_PPO_EVAL_DIR)",
                 flush=True,
             )
-        if ckpt_path is not None:
-            if not Path(str(ckpt_path)).exists():
-                raise UserError(f"--ckpt_path {ckpt_path}: no such checkpoint file or folder")
-            module = load_policy_module(str(ckpt_path), dtype=model.hparams.torch_dtype)
-        else:
-            module = model
-            module.configure_model()
-        module.to(trainer.strategy.root_device)
-        module.eval()
-        sampling = rollout.eval_sampling
-        try:
-            results, records, timing = evaluate_problems(
-                module,
-                rollout.producer,
-                present,
-                sampling,
-                batch_size=evaluation.batch_size if evaluation is not None else 32,
-                seed=rollout.seed,
-                ks=evaluation.pass_k if evaluation is not None else None,
-                progress=verbose,
-            )
-        finally:
-            rollout.producer.close()
-        titles = {spec.name: spec.display for spec, _ in present}
-        out = self.evaluation_dir or Path(trainer.log_dir or trainer.default_root_dir) / "test"
-        info = {
-            "model": str(ckpt_path or model.hparams.model_path),
-            "engine": type(rollout.engine).__name__,
-            "sampling": dataclasses.asdict(sampling),
-            "timing": timing,
-        }
-        write_report(out, results, titles, info, records)
-        groups = {**results["groups"], **{k: results[k] for k in ("average", "weighted_average") if results.get(k)}}
-        for logger in trainer.loggers:
-            logger.log_metrics(flatten("test", groups), step=trainer.global_step)
-        print(text_table(results, titles, title=f"Test: {info['model']}"), flush=True)
-        print(f"wrote {out / 'metrics.json'}, metrics.md, responses.jsonl", flush=True)
-        return results
+        return present
 
 
 class _FirstStep(Callback):
@@ -352,7 +352,7 @@ class _FirstStep(Callback):
         self.started = True
 
 
-# The LightningCLI subcommands lite-ppo offers (predict is not: see lite_ppo.commands.REMOVED).
+# The LightningCLI subcommands lite-ppo offers (predict is not: see lite_ppo.cli.commands.REMOVED).
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
 # Options LightningCLI users may expect; the module builds its optimizer (AdamW, DeepSpeed's under ZeRO).
 _NOT_OFFERED = ("--optimizer", "--lr_scheduler")
@@ -418,7 +418,3 @@ def present_benchmarks(specs: list, data_dir: str | None) -> tuple[list, list[st
 def _spec_mapping(spec) -> dict[str, Any]:
     """A ``BenchmarkSpec`` as the mapping ``Evaluation(benchmarks=[...])`` takes (every field kept)."""
     return dataclasses.asdict(spec)
-
-
-if __name__ == "__main__":
-    main()

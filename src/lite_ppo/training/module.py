@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal
 
@@ -19,6 +19,7 @@ from lite_ppo.models import load_causal_lm, load_tokenizer, resolve_model
 from lite_ppo.models.lora import LoraSettings, is_lora_model
 from lite_ppo.ops import (
     MINI_BATCH_SPLITS,
+    PolicyObjective,
     aggregate_loss,
     aggregation_denominator,
     entropy_from_logits,
@@ -27,20 +28,10 @@ from lite_ppo.ops import (
     policy_objective,
     split_to_count,
 )
-from lite_ppo.policy_forward import (
-    forward_token_counts,
-    packs_into_one_row,
-    plan_micro_batches,
-    response_logprobs,
-    supports_hidden_state_scoring,
-    trim_padding,
-)
-from lite_ppo.preflight import check_fit_settings
-from lite_ppo.ranks import Ranks
 from lite_ppo.reliability.divergence import divergence_guard_of
-from lite_ppo.resume import check_resume, format_differences, technique_differences, technique_settings
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.strategies.zero import (
     adamw_class,
     begin_micro_batch,
@@ -63,6 +54,17 @@ from lite_ppo.technique import (
     objective_kwargs,
     techniques_of,
 )
+from lite_ppo.training.policy_forward import (
+    forward_token_counts,
+    packs_into_one_row,
+    plan_micro_batches,
+    response_logprobs,
+    supports_hidden_state_scoring,
+    trim_padding,
+)
+from lite_ppo.training.preflight import check_fit_settings
+from lite_ppo.training.resume import check_resume, format_differences, technique_differences, technique_settings
+from lite_ppo.training.schedule import lr_lambda, planned_optimizer_steps
 
 
 class LitePPO(LightningModule):
@@ -202,7 +204,7 @@ class LitePPO(LightningModule):
     # -- model -------------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
         # Lightning calls this before configure_model: refuse settings that cannot work while no
-        # weights have loaded yet (lite_ppo.preflight says what is checked).
+        # weights have loaded yet (lite_ppo.training.preflight says what is checked).
         if stage == "fit":
             check_fit_settings(self.trainer, self)
             # The technique list is known now too: a misspelt hook or no / two advantage estimators
@@ -280,9 +282,9 @@ class LitePPO(LightningModule):
             betas=tuple(self.hparams.betas),
             weight_decay=self.hparams.weight_decay,
         )
-        total = _planned_optimizer_steps(self._trainer, self.hparams.num_mini_batches)
+        total = planned_optimizer_steps(self._trainer, self.hparams.num_mini_batches)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, _lr_lambda(self.hparams.warmup_steps, self.hparams.lr_schedule, total, self.hparams.min_lr_ratio)
+            optimizer, lr_lambda(self.hparams.warmup_steps, self.hparams.lr_schedule, total, self.hparams.min_lr_ratio)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
@@ -300,14 +302,14 @@ class LitePPO(LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["policy_version"] = self.policy_version
-        if self._trainer is not None:  # what a resumed run compares its techniques with (lite_ppo.resume)
+        if self._trainer is not None:  # what a resumed run compares its techniques with (lite_ppo.training.resume)
             checkpoint["techniques"] = technique_settings(techniques_of(self._trainer))
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.policy_version = checkpoint.get("policy_version", 0)
         saved = checkpoint.get("hyper_parameters")
         if saved and self._trainer is not None and self._trainer.state.fn == "fit":
-            # Changed model.* settings are applied where safe, else refused, never dropped (lite_ppo.resume).
+            # Changed model.* settings are applied where safe, else refused, never dropped (lite_ppo.training.resume).
             applied = check_resume(saved, dict(self.hparams), str(self._trainer.ckpt_path))
             if applied:
                 rank_zero_info(f"resuming with changed settings (applied): {format_differences(applied)}")
@@ -349,9 +351,9 @@ class LitePPO(LightningModule):
             technique.observe_old_logprobs(self.trainer, self, rollout, metrics)
 
         # Timings are per rank: their mean over ranks (a count of 1 per rank).
-        metrics.mean("time/old_logprobs_s", old_logprob_s, 1)
+        metrics.mean(names.OLD_LOGPROB_SECONDS, old_logprob_s, 1)
         metrics.mean(names.UPDATE_SECONDS, train_s, 1)
-        metrics.mean("time/update_tokens_per_s", rollout.attention_mask.sum() / max(train_s, 1e-9), 1)
+        metrics.mean(names.UPDATE_TOKENS_PER_SECOND, rollout.attention_mask.sum() / max(train_s, 1e-9), 1)
         metrics.mean(names.ADVANTAGE_NONZERO, (rollout.advantages.abs() > 1e-8).sum(), rollout.num_responses)
         scalars = metrics.compute(Ranks(self._trainer))
         stats = _update_stats(scalars)
@@ -374,8 +376,8 @@ class LitePPO(LightningModule):
     # -- pieces --------------------------------------------------------------------------------------
     def report_phase(self, phase: str | None, done: int = 0, total: int = 0) -> None:
         """Say what the training step is doing now (``"generating"``, ``"updating"`` 2 of 4, ...;
-        None when the step is over). Callbacks that display progress define ``on_phase(trainer,
-        module)`` and read :attr:`phase`; the module knows none of them."""
+        None when the step is over): every callback that defines ``on_phase(trainer, module)`` (a hook
+        of the technique contract, ``Technique.on_phase``) is called and reads :attr:`phase`."""
         self.phase = (phase, done, total) if phase is not None else None
         if self._trainer is None:
             return
@@ -411,7 +413,7 @@ class LitePPO(LightningModule):
         )
         return out.logits[:, :-1].float() / batch.temperature
 
-    def _old_logprob_source(self, rollout: RolloutBatch, techniques: list[Technique]) -> str:
+    def _old_logprob_source(self, rollout: RolloutBatch, techniques: list[Technique]) -> OldLogprobSource:
         """``model.old_logprobs``, or ``recompute`` when a technique needs them all up front."""
         wanted = self.hparams.old_logprobs
         if wanted != "recompute" and any(needs_old_logprobs_up_front(t) for t in techniques):
@@ -424,7 +426,7 @@ class LitePPO(LightningModule):
         return wanted
 
     def _old_logprobs_before_update(
-        self, rollout: RolloutBatch, source: str, with_entropy: bool = False
+        self, rollout: RolloutBatch, source: OldLogprobSource, with_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[B, R] old log-probs known before the first optimizer step (under ``reuse_first`` the
         first mini-batch's rows are zeros here and filled from their own forward in ``ppo_update``),
@@ -466,7 +468,7 @@ class LitePPO(LightningModule):
 
         Padding columns are trimmed first; with :meth:`uses_hidden_states`, groups are packed
         (``pack_prompts``) and tokens scored chunk-wise from the final hidden states
-        (``lite_ppo.policy_forward``), else the model's full logits are used (:meth:`forward_logits`).
+        (``lite_ppo.training.policy_forward``), else the model's full logits are used (:meth:`forward_logits`).
         ``model`` defaults to the policy; techniques pass a reference model.
         """
         model = model or self.policy
@@ -519,99 +521,138 @@ class LitePPO(LightningModule):
         return rows
 
     def ppo_update(
-        self, rollout: RolloutBatch, techniques: list[Technique], metrics: StepMetrics, source: str = "recompute"
+        self,
+        rollout: RolloutBatch,
+        techniques: list[Technique],
+        metrics: StepMetrics,
+        source: OldLogprobSource = "recompute",
     ) -> torch.Tensor:
         """The ``num_mini_batches`` optimizer steps on ``rollout``; their scalars go to ``metrics``.
 
         Returns the old log-probs [B, R] the loss used: ``rollout.old_logprobs`` with, unless
         ``source`` is ``recompute``, the first mini-batch's taken from its own forward pass.
         """
-        optimizer = self.optimizers()
-        scheduler = self.lr_schedulers()
-        cfg = self.loss_config
-        # The per-token policy loss: the objective the techniques chose (ppo_clip unless one did).
-        objective = policy_objective(cfg.objective)
-        objective_args = objective_kwargs(cfg)
-        ranks = Ranks(self._trainer)
+        optimizer, scheduler = self.optimizers(), self.lr_schedulers()
         guard = divergence_guard_of(self.trainer)  # skips optimizer steps with a non-finite loss or grad norm
-        mini_batches = self.mini_batches(rollout)
-        old_logprobs = rollout.old_logprobs.clone()
-        for k, mb_idx in enumerate(mini_batches):
-            self.report_phase("updating", k + 1, len(mini_batches))
-            mini = rollout.select(mb_idx)
-            # The denominators of the whole optimizer step (all micro-batches, all ranks), in one
-            # all-reduce: the extra terms' over loss_mask, the policy loss's over policy_loss_mask
-            # (the same unless a technique returned a policy_mask).
-            denominator, policy_denominator = ranks.sum(
-                torch.stack(
-                    [
-                        aggregation_denominator(mask, cfg.aggregation, cfg.generation_budget)
-                        for mask in (mini.loss_mask, mini.policy_loss_mask)
-                    ]
-                )
-            )
+        old = _OldLogprobs(rollout.old_logprobs.clone(), source)
+        update = _Update(
+            rollout, techniques, metrics, policy_objective(self.loss_config.objective), self.mini_batches(rollout)
+        )
+        for step, step_rows in enumerate(update.mini_batches):
+            self.report_phase("updating", step + 1, len(update.mini_batches))
+            # 1. The optimizer step's rows, and its loss denominators over all its micro-batches and ranks.
+            mini = rollout.select(step_rows)
+            denominators = self._loss_denominators(mini)
+            # 2. Loss and backward per micro-batch; the gradients add up (DDP all-reduces at the last one).
             optimizer.zero_grad()
             micro_rows = self.micro_batch_rows(mini)
-            for micro_idx, idx in enumerate(micro_rows):
-                micro = mini.select(idx)
-                # DDP: all-reduce the summed gradient once, at the step's last micro-batch.
-                sync = contextlib.nullcontext() if micro_idx == len(micro_rows) - 1 else self._no_gradient_sync()
-                begin_micro_batch(self._trainer)  # DeepSpeed: accumulate, not overwrite, this micro-batch's gradient
-                logprobs, entropy = self.score_responses(micro)
-                real, processed = forward_token_counts(
-                    micro, pack=self.packs_prompts(), one_row=packs_into_one_row(self.policy)
+            for i, rows in enumerate(micro_rows):
+                first_old = old if step == 0 else None  # the first step's old log-probs may be its own forward's
+                last = i == len(micro_rows) - 1
+                loss = self._micro_step(
+                    update, mini.select(rows), step_rows[rows], denominators, first_old, first_micro=i == 0, sync=last
                 )
-                metrics.mean(names.PADDING_EFFICIENCY, real, processed)
-                if k == 0 and source == "engine" and micro_idx == 0:
-                    source = self._check_engine_logprobs(rollout, micro, logprobs, old_logprobs)
-                if k == 0 and source == "reuse_first":
-                    # The policy has not moved since the rollout: this forward's log-probs are pi_old.
-                    micro = replace(micro, old_logprobs=logprobs.detach() * micro.response_mask)
-                    old_logprobs[mb_idx[idx]] = micro.old_logprobs
-                # The objective's mask is the policy loss's: GSPO's s_i averages over (and so sends its
-                # gradient to) exactly the tokens the policy loss keeps, and the statistics count them.
-                token_loss, objective_stats = objective.fn(
-                    logprobs, micro.old_logprobs, micro.advantages, micro.policy_loss_mask, **objective_args
-                )
-                if micro.token_weights is not None:
-                    token_loss = token_loss * micro.token_weights
-                policy_loss = aggregate_loss(token_loss, micro.policy_loss_mask, cfg.aggregation, policy_denominator)
-                loss = policy_loss
-                ctx = MiniBatchContext(
-                    batch=micro,
-                    logprobs=logprobs,
-                    entropy=entropy,
-                    metrics=metrics,
-                    compute_logits=partial(self.forward_logits, micro),
-                    rows=mb_idx[idx],
-                )
-                for technique in techniques:
-                    for name, term in technique.extra_loss_terms(self.trainer, self, ctx).items():
-                        term_loss = aggregate_loss(term, micro.loss_mask, cfg.aggregation, denominator)
-                        loss = loss + term_loss
-                        # Each mini-batch's loss is a global mean: report the mean over mini-batches.
-                        metrics.sum(f"loss/{name}", term_loss / len(mini_batches))
-                # DDP and DeepSpeed average gradients over ranks; the loss is already a global mean.
-                with sync:
-                    self.manual_backward(loss * ranks.world_size)
-                self._micro_stats(metrics, micro, entropy, logprobs, objective.prefix, objective_stats)
-                metrics.sum(names.POLICY_LOSS, policy_loss / len(mini_batches))
-                if loss is not policy_loss:  # a technique added terms: the optimized loss differs from the surrogate
-                    metrics.sum(names.TOTAL_LOSS, loss / len(mini_batches))
                 guard.observe_loss(loss)
+            # 3. Clip, step (the guard drops a non-finite step and stops an exploding one), schedule.
             grad_norm = self._clip_gradients(optimizer)
-            guard.before_optimizer_step(
-                self.trainer, optimizer, grad_norm
-            )  # non-finite: grads dropped, step() changes nothing
+            guard.before_optimizer_step(self.trainer, optimizer, grad_norm)
             optimizer.step()
-            guard.after_optimizer_step(self.trainer, self.policy)  # an exploding (finite) step stops the run
+            guard.after_optimizer_step(self.trainer, self.policy)
             # The norm is the same on every rank (computed on the reduced gradient): a mean over ranks
             # and optimizer steps is the mean over optimizer steps.
             metrics.mean(names.GRAD_NORM, grad_norm if grad_norm is not None else engine_grad_norm(self._trainer), 1)
             scheduler.step()
             self.policy_version += 1
         metrics.mean(names.LEARNING_RATE, optimizer.param_groups[0]["lr"], 1)  # the same on every rank
-        return old_logprobs
+        return old.values
+
+    def _loss_denominators(self, mini: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The aggregation denominators of one optimizer step (all its micro-batches, all ranks) in one
+        all-reduce: the extra terms' over ``loss_mask``, the policy loss's over ``policy_loss_mask``
+        (the same unless a technique returned a ``policy_mask``)."""
+        cfg = self.loss_config
+        masks = (mini.loss_mask, mini.policy_loss_mask)
+        terms, policy = Ranks(self._trainer).sum(
+            torch.stack([aggregation_denominator(mask, cfg.aggregation, cfg.generation_budget) for mask in masks])
+        )
+        return terms, policy
+
+    def _micro_step(
+        self,
+        update: _Update,
+        micro: RolloutBatch,
+        rows: torch.Tensor,
+        denominators: tuple[torch.Tensor, torch.Tensor],
+        first_old: _OldLogprobs | None,
+        first_micro: bool,
+        sync: bool,
+    ) -> torch.Tensor:
+        """Forward, loss and backward of one micro-batch (``rows`` of the rollout); returns the loss.
+
+        ``first_old`` is given in the first optimizer step, whose old log-probs may come from this
+        forward (``reuse_first``, or ``engine`` when the engine's drift too far)."""
+        cfg, metrics, objective = self.loss_config, update.metrics, update.objective
+        terms_denominator, policy_denominator = denominators
+        begin_micro_batch(self._trainer)  # DeepSpeed: accumulate, not overwrite, this micro-batch's gradient
+        logprobs, entropy = self.score_responses(micro)
+        real, processed = forward_token_counts(
+            micro, pack=self.packs_prompts(), one_row=packs_into_one_row(self.policy)
+        )
+        metrics.mean(names.PADDING_EFFICIENCY, real, processed)
+        if first_old is not None:
+            micro = self._first_step_old_logprobs(update.rollout, micro, rows, logprobs, first_old, first_micro)
+        # The objective's mask is the policy loss's: GSPO's s_i averages over (and so sends its
+        # gradient to) exactly the tokens the policy loss keeps, and the statistics count them.
+        token_loss, objective_stats = objective.fn(
+            logprobs, micro.old_logprobs, micro.advantages, micro.policy_loss_mask, **objective_kwargs(cfg)
+        )
+        if micro.token_weights is not None:
+            token_loss = token_loss * micro.token_weights
+        policy_loss = aggregate_loss(token_loss, micro.policy_loss_mask, cfg.aggregation, policy_denominator)
+        loss = policy_loss
+        ctx = MiniBatchContext(
+            batch=micro,
+            logprobs=logprobs,
+            entropy=entropy,
+            metrics=metrics,
+            compute_logits=partial(self.forward_logits, micro),
+            rows=rows,
+        )
+        steps = len(update.mini_batches)  # each optimizer step's loss is a global mean: report their mean
+        for technique in update.techniques:
+            for name, term in technique.extra_loss_terms(self.trainer, self, ctx).items():
+                term_loss = aggregate_loss(term, micro.loss_mask, cfg.aggregation, terms_denominator)
+                loss = loss + term_loss
+                metrics.sum(f"loss/{name}", term_loss / steps)
+        # DDP and DeepSpeed average gradients over ranks; the loss is already a global mean.
+        with contextlib.nullcontext() if sync else self._no_gradient_sync():
+            self.manual_backward(loss * Ranks(self._trainer).world_size)
+        self._micro_stats(metrics, micro, entropy, logprobs, objective.prefix, objective_stats)
+        metrics.sum(names.POLICY_LOSS, policy_loss / steps)
+        if loss is not policy_loss:  # a technique added terms: the optimized loss differs from the surrogate
+            metrics.sum(names.TOTAL_LOSS, loss / steps)
+        return loss
+
+    def _first_step_old_logprobs(
+        self,
+        rollout: RolloutBatch,
+        micro: RolloutBatch,
+        rows: torch.Tensor,
+        logprobs: torch.Tensor,
+        old: _OldLogprobs,
+        first_micro: bool,
+    ) -> RolloutBatch:
+        """``micro`` of the first optimizer step with its old log-probs. The policy has not moved since
+        the rollout, so under ``reuse_first`` this forward's log-probs are pi_old (recorded in ``old``);
+        under ``engine`` the first micro-batch checks the engine's against them and falls back to
+        ``reuse_first`` when they drift."""
+        if old.source == "engine" and first_micro:
+            old.source = self._check_engine_logprobs(rollout, micro, logprobs, old.values)
+        if old.source != "reuse_first":
+            return micro
+        micro = replace(micro, old_logprobs=logprobs.detach() * micro.response_mask)
+        old.values[rows] = micro.old_logprobs
+        return micro
 
     def _check_engine_logprobs(
         self, rollout: RolloutBatch, micro: RolloutBatch, logprobs: torch.Tensor, old_logprobs: torch.Tensor
@@ -662,8 +703,8 @@ class LitePPO(LightningModule):
         metrics.mean(names.APPROX_KL, (((ratio - 1) * mask) - log_ratio).sum(), n)
         # A rank without loss tokens records -inf / +inf, so every rank records the same names.
         real = ratio[mask > 0]
-        metrics.max("policy/ratio_max", real.max() if real.numel() else -math.inf)
-        metrics.min("policy/ratio_min", real.min() if real.numel() else math.inf)
+        metrics.max(names.RATIO_MAX, real.max() if real.numel() else -math.inf)
+        metrics.min(names.RATIO_MIN, real.min() if real.numel() else math.inf)
 
     def _clip_gradients(self, optimizer) -> torch.Tensor | None:
         """Clip and return the pre-clip global norm; None under DeepSpeed, which clips inside
@@ -717,34 +758,24 @@ def _update_stats(scalars: dict[str, torch.Tensor]) -> UpdateStats:
     )
 
 
-def _planned_optimizer_steps(trainer, num_mini_batches: int) -> int | float:
-    """Optimizer steps the fit will run: ``num_mini_batches`` per rollout step, capped by ``max_steps``.
-
-    Under manual optimization ``trainer.global_step`` (and so ``trainer.max_steps``) counts
-    ``optimizer.step()`` calls, while the epoch budget counts rollout batches; Lightning's
-    ``estimated_stepping_batches`` takes the min of the two without converting units.
-    """
-    if trainer is None:
-        return 1
-    if trainer.max_epochs == -1:  # no epoch budget: max_steps alone (inf when it is -1 too)
-        return max(1, trainer.max_steps) if trainer.max_steps != -1 else math.inf
-    trainer.estimated_stepping_batches  # noqa: B018 (sets up the train loader when needed)
-    batches = trainer.num_training_batches
-    if batches == math.inf:
-        return max(1, trainer.max_steps) if trainer.max_steps != -1 else math.inf
-    total = int(batches) * max(trainer.max_epochs, 1) * num_mini_batches
-    return max(1, min(total, trainer.max_steps) if trainer.max_steps != -1 else total)
+OldLogprobSource = Literal["engine", "recompute", "reuse_first"]
 
 
-def _lr_lambda(warmup_steps: int, schedule: str, total_steps: int, min_ratio: float):
-    def factor(step: int) -> float:
-        if warmup_steps > 0 and step < warmup_steps:
-            return (step + 1) / warmup_steps
-        if schedule == "cosine":
-            # `step` counts the optimizer steps already taken (the scheduler steps after each), so
-            # the last optimizer step, step = total_steps - 1, runs at exactly min_ratio * lr.
-            progress = min(1.0, (step - warmup_steps) / max(1, total_steps - 1 - warmup_steps))
-            return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-        return 1.0
+@dataclass
+class _OldLogprobs:
+    """The old log-probs [B, R] an update uses, and where its first optimizer step takes them from
+    (``reuse_first`` fills them from that step's own forward passes)."""
 
-    return factor
+    values: torch.Tensor
+    source: OldLogprobSource
+
+
+@dataclass(frozen=True)
+class _Update:
+    """What every micro-batch of one ``ppo_update`` shares."""
+
+    rollout: RolloutBatch
+    techniques: list[Technique]
+    metrics: StepMetrics
+    objective: PolicyObjective
+    mini_batches: list[torch.Tensor]

@@ -14,12 +14,12 @@ and step times are in docs/benchmarks.md ("Speed per RL step", freed memory kept
 keep its free top (``M_TRIM_THRESHOLD`` INT_MAX), as tcmalloc and jemalloc (what vLLM's CPU docs
 preload for the same reason) do by design. Results are bit-for-bit the same; only where memory comes
 from changes. Freed memory then stays in the process, available to it but not to other processes: its
-resident size stays near its peak. ``lite-ppo`` applies it at start (``lite_ppo.commands``) unless
+resident size stays near its peak. ``lite-ppo`` applies it at start (``lite_ppo.cli.commands``) unless
 ``LITE_PPO_RETAIN_FREED_MEMORY=0``; it does nothing where the C library has no ``mallopt`` (macOS,
 Windows, musl) or another allocator is preloaded (``LD_PRELOAD``), which then decides.
 
 Example:
-    >>> from lite_ppo.allocator import retain_freed_memory
+    >>> from lite_ppo.cli.allocator import retain_freed_memory
     >>> retain_freed_memory()  # doctest: +SKIP
     True
 """

@@ -9,11 +9,11 @@ Lightning writes one of two layouts:
   full model in fp32 once, or one tensor at a time with ``lazy=True``);
 - otherwise (DDP, one device) a single ``*.ckpt`` file with a ``state_dict``.
 
-Used by ``lite-ppo export-hf`` (:mod:`lite_ppo.export`) and ``lite-ppo evaluate`` (a checkpoint as
+Used by ``lite-ppo export-hf`` (:mod:`lite_ppo.checkpoints.export`) and ``lite-ppo evaluate`` (a checkpoint as
 ``--model``). Loading the weights into a model is :func:`lite_ppo.models.loading.load_weights`.
 
 Example:
-    >>> from lite_ppo.checkpoint_reader import read_checkpoint
+    >>> from lite_ppo.checkpoints.reader import read_checkpoint
     >>> client_state, weights = read_checkpoint("runs/ckpt/epoch=0-step=200.ckpt")   # doctest: +SKIP
     >>> client_state["hyper_parameters"]["model_path"], weights["lm_head.weight"].dtype  # doctest: +SKIP
     ('builtin:tiny', torch.float32)
