@@ -186,3 +186,35 @@ def test_no_test_module_imports_another():
         if found:
             offenders[str(path.relative_to(REPO))] = sorted(found)
     assert offenders == {}
+
+
+def test_moved_modules_import_from_their_old_path_with_a_warning():
+    """One release of grace: ``lite_ppo.module`` (a user's import, a class_path, a pickled reference) is
+    the module at its new path, and says where that is."""
+    import subprocess
+
+    from lite_ppo._moved import MOVED
+
+    code = (
+        "import importlib, warnings\n"
+        "from lite_ppo._moved import MOVED\n"
+        "warnings.simplefilter('error')\n"
+        "for old, new in MOVED.items():\n"
+        "    try:\n"
+        "        importlib.import_module(old)\n"
+        "    except FutureWarning as w:\n"
+        "        assert new in str(w), (old, str(w))\n"
+        "    else:\n"
+        "        raise AssertionError(f'{old}: no warning')\n"
+        "warnings.simplefilter('ignore')\n"
+        "for old, new in MOVED.items():\n"
+        "    assert importlib.import_module(old) is importlib.import_module(new), old\n"
+        "from lite_ppo.module import LitePPO\n"
+        "from lite_ppo.training.module import LitePPO as Same\n"
+        "assert LitePPO is Same\n"
+        "print('ok', len(MOVED))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["ok", str(len(MOVED))]
+    assert all(not (REPO / "src" / (old.replace(".", "/") + ".py")).exists() for old in MOVED)

@@ -19,7 +19,6 @@ MOVED = {
     "lite_ppo.allocator": "lite_ppo.cli.allocator",
     "lite_ppo.module": "lite_ppo.training.module",
     "lite_ppo.policy_forward": "lite_ppo.training.policy_forward",
-    "lite_ppo.step_metrics": "lite_ppo.step_metrics",
     "lite_ppo.preflight": "lite_ppo.training.preflight",
     "lite_ppo.resume": "lite_ppo.training.resume",
     "lite_ppo.seeding": "lite_ppo.data.seeding",
