@@ -473,10 +473,6 @@ def assert_same_as_single(
     return measured
 
 
-if __name__ == "__main__":
-    main()
-
-
 def measure_bucketed_gather(policy: torch.nn.Module, bucket: int, full: dict[str, torch.Tensor]) -> dict:
     """Iterate the bucketed gather of a ZeRO-3 partitioned ``policy`` (collective: every rank) and
     measure, after every yielded tensor, the bytes of parameters whose full data is present on this
@@ -516,3 +512,7 @@ def measure_bucketed_gather(policy: torch.nn.Module, bucket: int, full: dict[str
         "max_bucket_bytes": stats.max_bucket_bytes,
         "equal_to_full": bool(equal),
     }
+
+
+if __name__ == "__main__":
+    main()
