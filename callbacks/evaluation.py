@@ -237,6 +237,10 @@ class Evaluation(Callback):
             self.before = entry
         else:
             self.history.append(entry)
+        self._report(trainer, step, results, tiers, fitting)
+
+    def _report(self, trainer: Trainer, step: int, results: dict, tiers: dict | None, fitting: bool) -> None:
+        """Print this evaluation's tables (rank 0) and write its report and responses (``output_dir``)."""
         when = (
             "before training"
             if trainer.sanity_checking
