@@ -1,0 +1,83 @@
+"""The technique advisor on the takeaway studies' runs (docs/takeaways.md, "The advisor against the studies").
+
+Reads each run of the given study folders (``NAME=FOLDER``), prints which of the advisor's rules fire on it,
+as a table per study and cell, and with ``--record FILE`` writes what the rules read: per run its study, cell,
+seed, configuration facts (``RunContext``) and the per-step series of the tags the rules read. The tests
+check the advisor against the studies on that record (``tests/data/takeaways_advisor.json``), not on the runs.
+
+    .venv/bin/python benchmarks/advisor_on_studies.py aggregation=runs/study_agg \\
+        clip_aligned=runs/study_clip_aligned --record tests/data/takeaways_advisor.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections import Counter, defaultdict
+
+from lite_ppo import metric_names as names
+from lite_ppo.research.context import context_from_config
+from lite_ppo.research.rules import advise
+from lite_ppo.research.runs import find_runs
+from lite_ppo.research.scalars import read_scalars
+
+# Every tag a rule of lite_ppo.research.rules reads.
+RULE_TAGS = (
+    names.CLIP_UPPER_POSITIVE,
+    names.ENTROPY,
+    names.GROUPS_MIXED,
+    names.REPETITION_TRUNCATED,
+    names.RESPONSE_LENGTH,
+    names.REWARD_ACCURACY,
+    names.REWARD_STD,
+    names.TRUNCATION_RATE,
+)
+
+
+def record_run(study: str, run) -> dict:
+    table = read_scalars(run.path)
+    ctx = context_from_config(run.config)
+    context = dataclasses.asdict(ctx)
+    return {
+        "study": study,
+        "cell": (run.record or {}).get("cell"),
+        "seed": (run.record or {}).get("seed"),
+        "context": {key: list(value) if isinstance(value, tuple) else value for key, value in context.items()},
+        "scalars": {
+            tag: [[int(step), round(float(value), 6)] for step, value in zip(table[tag].steps, table[tag].values)]
+            for tag in RULE_TAGS
+            if tag in table
+        },
+        "fired": [finding.rule for finding in advise(table, ctx)],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("studies", nargs="+", help="NAME=FOLDER: a study's sweep folder")
+    parser.add_argument("--record", help="write the rules' inputs of every run to this JSON file")
+    args = parser.parse_args()
+    records = []
+    for item in args.studies:
+        study, _, folder = item.partition("=")
+        records += [record_run(study, run) for run in find_runs([folder])]
+    fired = defaultdict(Counter)
+    runs = Counter()
+    for rec in records:
+        key = (rec["study"], json.dumps(rec["cell"], sort_keys=True))
+        runs[key] += 1
+        fired[key].update(rec["fired"])
+    print("| study | cell | runs | rules that fired (runs) |\n|---|---|---|---|")
+    for key in sorted(runs):
+        rules = ", ".join(f"{rule} ({count})" for rule, count in sorted(fired[key].items())) or "none"
+        print(f"| {key[0]} | {key[1]} | {runs[key]} | {rules} |")
+    if args.record:
+        with open(args.record, "w", encoding="utf-8") as handle:
+            json.dump({"runs": [{k: v for k, v in r.items() if k != "fired"} for r in records]}, handle)
+            handle.write("\n")
+        print(f"wrote {args.record} ({len(records)} runs)")
+
+
+if __name__ == "__main__":
+    main()
