@@ -48,7 +48,8 @@ class Diagnostics(Technique):
     would repeat the global values). Every value is global (all data-parallel ranks).
 
     At fit start, with a TensorBoard logger, it also writes the custom-scalars layout (the CUSTOM
-    SCALARS tab: the paper's key panels, :data:`lite_ppo.metric_names.CUSTOM_SCALARS_LAYOUT`) and
+    SCALARS tab: the paper's key panels, one quantity per chart, with a category per training tier
+    and the charts of the techniques in the run: :func:`lite_ppo.metric_names.custom_scalars_layout`) and
     the run's hyper-parameters (model, data and technique settings) for the HPARAMS tab, with
     :data:`~lite_ppo.metric_names.HPARAM_METRICS` as its metric columns.
 
@@ -102,7 +103,7 @@ class Diagnostics(Technique):
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.layout and trainer.global_rank == 0:
             for writer in _tensorboard_writers(trainer):
-                writer.add_custom_scalars(names.CUSTOM_SCALARS_LAYOUT)
+                writer.add_custom_scalars(_layout(trainer))
                 _write_hparams(writer, run_hparams(trainer, pl_module))
 
     @override
@@ -315,6 +316,13 @@ def _tag_safe(name: str) -> str:
 
 def _rate(flags: torch.Tensor, among: torch.Tensor) -> float:
     return float(flags[among].double().mean()) if among.any() else 0.0
+
+
+def _layout(trainer: Trainer) -> dict[str, dict[str, list]]:
+    """The run's custom-scalars layout: its training tiers (the datamodule's sources) and the class
+    names of its callbacks (the techniques with tags of their own get charts)."""
+    tiers = list(getattr(getattr(trainer, "datamodule", None), "sources", None) or {})
+    return names.custom_scalars_layout(tiers, [type(callback).__name__ for callback in trainer.callbacks])
 
 
 def _tensorboard_writers(trainer) -> list:

@@ -80,6 +80,37 @@ def _scripted_rollout(tokenizer, problems, script, n):
     return batch
 
 
+def test_the_bar_counts_generated_tokens_while_a_batch_runs(tiny_model_path, monkeypatch):
+    """``evaluate`` on a model that writes long answers sits at 0/N for a whole batch: its bar text
+    shows the tokens generated so far, ending at the batch's response tokens."""
+    import tqdm.auto
+
+    from lite_ppo.evaluation.benchmarks import BenchmarkSpec
+    from lite_ppo.evaluation.runner import evaluate_problems
+    from lite_ppo.rollout.hf import HFEngine
+    from lite_ppo.training.module import LitePPO
+
+    texts: list[str] = []
+
+    class RecordingBar(tqdm.auto.tqdm):
+        def set_postfix_str(self, s="", refresh=True):
+            texts.append(s)
+            super().set_postfix_str(s, refresh)
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", RecordingBar)
+    module = LitePPO(model_path=tiny_model_path)
+    module.configure_model()
+    producer = RolloutProducer(engine=HFEngine(batch_size=2))
+    problems = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i), "mini") for i in range(2)]
+    sampling = SamplingConfig(n=2, max_new_tokens=16, temperature=1.0, top_p=1.0, top_k=0)
+    benchmarks = [(BenchmarkSpec("mini", "mini.jsonl"), problems)]
+    _, records, timing = evaluate_problems(module, producer, benchmarks, sampling)
+    counts = [int(t.split("(")[1].split(" tokens")[0].replace(",", "")) for t in texts if " tokens)" in t]
+    assert len(counts) >= 2 and counts == sorted(counts), texts  # shown while generating, growing
+    assert counts[-1] == timing["mini"]["response_tokens"] == sum(r["length"] for r in records)
+    assert producer.engine.on_tokens is None  # left as found
+
+
 def test_metrics_on_known_outputs_through_the_reward(tiny_tokenizer):
     """Right, wrong, unparseable and truncated responses scored by the real MathVerifyReward."""
     problems = [Problem("p1", "What is 6 * 7?", "42", "b"), Problem("p2", "What is 3 + 4?", "7", "b")]

@@ -117,6 +117,30 @@ def test_greedy_with_several_samples_copies_the_single_greedy_answer(module):
         assert all(g.token_ids == single[0].token_ids and g.finished == single[0].finished for g in group)
 
 
+def test_on_tokens_reports_each_decoding_step_and_adds_up_to_the_responses(module):
+    """A progress display learns the tokens while they are generated: the reports sum to the response
+    tokens (EOS included, the pads after it not), come once per decoding step, and change nothing."""
+    engine = HFEngine(batch_size=2)
+    engine.setup(module.policy, module.tokenizer, module.model_path)
+    prompts = _prompts(module, ["What is 1 + 2?", "Question: 7 * 8", "Hi"])
+    sampling = SamplingConfig(n=3, max_new_tokens=12, temperature=1.0, top_p=1.0, top_k=0)
+    quiet = engine.generate(prompts, sampling, seed=0)
+    reports: list[int] = []
+    engine.on_tokens = reports.append
+    groups = engine.generate(prompts, sampling, seed=0)
+    assert [[g.token_ids for g in group] for group in groups] == [[g.token_ids for g in group] for group in quiet]
+    lengths = [len(g.token_ids) for group in groups for g in group]
+    assert sum(reports) == sum(lengths)
+    # Two generate calls (batch_size 2 of 3 prompts), each reporting one count per step it ran.
+    first, second = lengths[:6], lengths[6:]
+    assert len(reports) == max(first) + max(second)
+    assert reports[0] == 6 and max(reports) <= 6  # 2 prompts x 3 samples open at the first step
+    # Greedy samples are one generated answer copied n times: only the one is reported.
+    reports.clear()
+    greedy = engine.generate(prompts, SamplingConfig(n=3, greedy=True, max_new_tokens=12))
+    assert sum(reports) == sum(len(group[0].token_ids) for group in greedy)
+
+
 # ---------------------------------------------------------------------------- the callback over the producer
 def test_rollout_callback_adds_every_shaping_term_then_shows_the_batch_read_only(tiny_model_path):
     """After scoring, the callback adds each technique's ``shape_rewards`` term to the verifier's

@@ -161,16 +161,22 @@ def test_layout_and_hparams_are_written(tiny_run):
                     if data.HasField("experiment"):
                         experiment = data.experiment
     assert layout is not None, "no custom-scalars layout"
-    titles = [chart.title for category in layout.category for chart in category.chart]
-    for panel in (
-        "accuracy (train, eval)",
-        "response length (all, correct, wrong)",
-        "entropy",
-        "clip by bound",
-        "truncation and repetition",
-        "group outcomes",
-    ):
-        assert panel in titles
+    charts = {chart.title: chart for category in layout.category for chart in category.chart}
+    for panel in ("accuracy, training (verifier)", "response length, correct", "entropy", "truncation rate"):
+        assert panel in charts
+    # The run's three tiers have their categories; its technique with tags of its own, its charts.
+    assert {"3 tier easy", "3 tier medium", "3 tier hard"} <= {category.title for category in layout.category}
+    assert "OverlongRewardShaping: overlong_shaping/penalty_mean" in charts
+    # TensorBoard colours a custom-scalars line by run: a chart of two tags of one run draws them in one
+    # colour. Every chart draws at most one of the tags this run wrote (a margin chart: one line and its band).
+    logged = list(read_scalars(tiny_run))
+    for title, chart in charts.items():
+        if chart.HasField("margin"):
+            series = chart.margin.series
+            assert len(series) == 1 and {series[0].value, series[0].lower, series[0].upper} <= set(logged), title
+        else:
+            drawn = [tag for tag in logged if any(re.search(p, tag) for p in chart.multiline.tag)]
+            assert len(drawn) <= 1, (title, drawn)
     assert experiment is not None, "no HPARAMS entry"
     assert {m.name.tag for m in experiment.metric_infos} == set(names.HPARAM_METRICS)
     hparams = {h.name for h in experiment.hparam_infos}
@@ -251,15 +257,20 @@ def test_scalar_table_lists_every_documented_tag_once():
 def test_layout_charts_only_documented_tags():
     documented = set(names.SCALARS) | set(names.CONDITIONAL_SCALARS) | {names.reward_status_rate(s) for s in STATUSES}
     documented |= {tag for tags in names.TECHNIQUE_SCALARS.values() for tag in tags}  # charts of a technique's own tags
-    documented |= {names.tier_tag("hard", s) for s in names.TIER_SCALARS} | {
-        names.eval_accuracy("aime24"),
-        "val/hard/accuracy",
-    }
-    for category in names.CUSTOM_SCALARS_LAYOUT.values():
-        for title, (kind, patterns) in category.items():
-            assert kind == "Multiline"
-            for pattern in patterns:
-                assert any(re.search(pattern, tag) for tag in documented), (title, pattern)
+    for tier in ("easy", "hard"):
+        documented |= {names.tier_tag(tier, s) for s in names.TIER_SCALARS} | {names.val_accuracy(tier)}
+    layout = names.custom_scalars_layout(["easy", "hard"], list(names.TECHNIQUE_SCALARS))
+    assert "3 tier hard" in layout and "4 techniques" in layout
+    for category in layout.values():
+        for title, (kind, tags) in category.items():
+            if kind == "Margin":  # exact tags: value, lower, upper
+                assert len(tags) == 3 and set(tags) <= documented, title
+            else:
+                assert kind == "Multiline"
+                for pattern in tags:
+                    assert sum(bool(re.search(pattern, tag)) for tag in documented) == 1, (title, pattern)
+    # One tier: tier/<t>/* is not logged, so only its held-out accuracy is charted.
+    assert list(names.custom_scalars_layout(["easy"])["3 tier easy"]) == ["held-out accuracy"]
 
 
 # -- the typed correctness field -----------------------------------------------------------------

@@ -4,12 +4,15 @@ a rename happens in one place.
 
 :data:`SCALARS` documents every scalar a run logs (docs/tensorboard.md's table is rendered from it by
 :func:`scalar_table_markdown`, and a test checks it against what a run actually writes);
-:data:`CUSTOM_SCALARS_LAYOUT` is the first TensorBoard screen (the paper's key panels).
+:func:`custom_scalars_layout` is the first TensorBoard screen (the paper's key panels).
 
 Imports nothing of the project.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Sequence
 
 # Generation side: every response generated for the step (verifier verdicts, before shaping).
 REWARD_ACCURACY = "reward/accuracy"  # share of responses the verifier judged correct
@@ -205,7 +208,6 @@ SCALARS: dict[str, tuple[str, str]] = {
         "problems skipped this step because their prompt exceeds "
         "`max_prompt_tokens` (models that name a context length)",
     ),
-    "epoch": ("Lightning", "the epoch, added by Lightning to every logged step"),
 }
 
 # Logged only in the situation named.
@@ -329,56 +331,73 @@ def tier_tag(tier: str, suffix: str) -> str:
 
 
 # -- the first TensorBoard screen (CUSTOM SCALARS tab) ---------------------------------------------
-# {category: {chart title: ["Multiline", [tag regexes]]}}, the format of
-# torch.utils.tensorboard.SummaryWriter.add_custom_scalars.
-CUSTOM_SCALARS_LAYOUT: dict[str, dict[str, list]] = {
-    "1 paper panels": {
-        "accuracy (train, eval)": ["Multiline", [f"^{REWARD_ACCURACY}$", r"^eval/.*/accuracy$", r"^val/.*/accuracy$"]],
-        "response length (all, correct, wrong)": [
-            "Multiline",
-            [f"^{RESPONSE_LENGTH}$", f"^{RESPONSE_LENGTH_CORRECT}$", f"^{RESPONSE_LENGTH_WRONG}$"],
-        ],
-        "entropy": ["Multiline", [f"^{ENTROPY}$"]],
-        "clip by bound": ["Multiline", [f"^{CLIP_UPPER_POSITIVE}$", f"^{CLIP_LOWER_NEGATIVE}$"]],
-        "truncation and repetition": ["Multiline", [f"^{TRUNCATION_RATE}$", f"^{REPETITION_TRUNCATED}$"]],
-        "group outcomes": ["Multiline", [f"^{GROUPS_MIXED}$", f"^{GROUPS_ALL_CORRECT}$", f"^{GROUPS_ALL_WRONG}$"]],
-    },
-    "2 update": {
-        "approx KL": ["Multiline", [f"^{APPROX_KL}$"]],
-        "advantage (min, mean, max)": [
-            "Multiline",
-            [f"^{ADVANTAGE_MIN}$", f"^{ADVANTAGE_MEAN}$", f"^{ADVANTAGE_MAX}$"],
-        ],
-        "advantage non-zero share": ["Multiline", [f"^{ADVANTAGE_NONZERO}$"]],
-        "grad norm": ["Multiline", [f"^{GRAD_NORM}$"]],
-        "length-advantage correlation": ["Multiline", [f"^{LENGTH_ADVANTAGE_CORR}$"]],
-        "policy objective (GSPO, CISPO, SAPO)": [  # with one of these techniques only
-            "Multiline",
-            [
-                f"^{GSPO_CLIP_UPPER_POSITIVE}$",
-                f"^{GSPO_CLIP_LOWER_NEGATIVE}$",
-                f"^{CISPO_CLIPPED_FRACTION}$",
-                f"^{SAPO_GRAD_SCALE_POSITIVE}$",
-                f"^{SAPO_GRAD_SCALE_NEGATIVE}$",
-            ],
-        ],
-        "entropy bonus coefficient": ["Multiline", [f"^{ENTROPY_BONUS_COEF}$"]],  # with EntropyBonus only
-        "token selection (high entropy, Clip-Cov, KL-Cov)": [  # with one of these techniques only
-            "Multiline",
-            [f"^{HIGH_ENTROPY_SELECTED_SHARE}$", f"^{CLIP_COV_DETACHED_SHARE}$", f"^{KL_COV_SELECTED_SHARE}$"],
-        ],
-        "log-prob / advantage covariance": ["Multiline", [f"^{CLIP_COV_COVARIANCE}$", f"^{KL_COV_COVARIANCE}$"]],
-    },
-    "3 per tier": {
-        "accuracy": ["Multiline", [r"^tier/.*/accuracy$"]],
-        "response length": ["Multiline", [r"^tier/.*/length_mean$"]],
-        "mixed groups": ["Multiline", [r"^tier/.*/groups_mixed$"]],
-    },
-    "4 cost": {
-        "step seconds": ["Multiline", [f"^{STEP_SECONDS}$", f"^{GENERATION_SECONDS}$", f"^{UPDATE_SECONDS}$"]],
-        "memory": ["Multiline", [r"^memory/"]],
-    },
+# TensorBoard colours a custom-scalars line by its run, not by its tag: two tags of one run in one chart
+# would be drawn in the same colour. So every chart holds one quantity (one line per run, runs in their
+# own colours), and a min/mean/max triple is one "Margin" chart (the mean with its range as a band).
+_PAPER_PANELS = {
+    "accuracy, training (verifier)": REWARD_ACCURACY,
+    "accuracy, benchmark average": EVAL_AVERAGE_ACCURACY,
+    "response length": RESPONSE_LENGTH,
+    "response length, correct": RESPONSE_LENGTH_CORRECT,
+    "response length, wrong": RESPONSE_LENGTH_WRONG,
+    "entropy": ENTROPY,
+    "clip at the upper bound, A>0": CLIP_UPPER_POSITIVE,
+    "clip at the lower bound, A<0": CLIP_LOWER_NEGATIVE,
+    "truncation rate": TRUNCATION_RATE,
+    "repetition among truncated": REPETITION_TRUNCATED,
+    "groups mixed": GROUPS_MIXED,
+    "groups all correct": GROUPS_ALL_CORRECT,
+    "groups all wrong": GROUPS_ALL_WRONG,
 }
+_UPDATE_PANELS = {
+    "approx KL": APPROX_KL,
+    "advantage non-zero share": ADVANTAGE_NONZERO,
+    "grad norm": GRAD_NORM,
+    "length-advantage correlation": LENGTH_ADVANTAGE_CORR,
+}
+_TIER_PANELS = {  # title -> tag of one tier
+    "held-out accuracy": val_accuracy,
+    "training accuracy": lambda tier: tier_tag(tier, "accuracy"),
+    "response length": lambda tier: tier_tag(tier, "length_mean"),
+    "groups mixed": lambda tier: tier_tag(tier, "groups_mixed"),
+}
+_COST_PANELS = {
+    "step seconds": STEP_SECONDS,
+    "generation seconds": GENERATION_SECONDS,
+    "update seconds": UPDATE_SECONDS,
+    "peak RSS (GiB)": PEAK_RSS,
+    "peak GPU memory (GiB)": PEAK_GPU,
+}
+
+
+def custom_scalars_layout(tiers: Sequence[str] = (), techniques: Sequence[str] = ()) -> dict[str, dict[str, list]]:
+    """The CUSTOM SCALARS tab of a run, in the format of ``SummaryWriter.add_custom_scalars``
+    (``{category: {chart title: [kind, tags]}}``): the paper's panels, the update, one category per
+    training tier in ``tiers`` (held-out accuracy; with several tiers also the tier's training accuracy,
+    length and mixed groups), one chart per
+    own tag of each technique class named in ``techniques`` (:data:`TECHNIQUE_SCALARS`), and the cost.
+    Every chart draws one quantity, so each run is one line in its own colour."""
+
+    def charts(panels: dict[str, str]) -> dict[str, list]:
+        return {title: ["Multiline", [f"^{re.escape(tag)}$"]] for title, tag in panels.items()}
+
+    update = charts(_UPDATE_PANELS)
+    update["advantage (mean, band from min to max)"] = ["Margin", [ADVANTAGE_MEAN, ADVANTAGE_MIN, ADVANTAGE_MAX]]
+    layout = {"1 paper panels": charts(_PAPER_PANELS), "2 update": update}
+    for tier in tiers:  # tier/<t>/* is logged only with two or more tiers, the held-out val/<t>/* always
+        panels = _TIER_PANELS if len(tiers) > 1 else {"held-out accuracy": val_accuracy}
+        layout[f"3 tier {tier}"] = charts({title: tag(tier) for title, tag in panels.items()})
+    own = {
+        f"{technique}: {tag}": tag
+        for technique in techniques
+        for tag in TECHNIQUE_SCALARS.get(technique, {})
+        if "<" not in tag  # a pattern such as drift/<stat> names a family, not one tag
+    }
+    if own:
+        layout["4 techniques"] = charts(own)
+    layout["5 cost"] = charts(_COST_PANELS)
+    return layout
+
 
 # The run-level metrics the HPARAMS tab shows next to each run's hyper-parameters (their last value).
 HPARAM_METRICS = (REWARD_ACCURACY, RESPONSE_LENGTH, ENTROPY, GROUPS_MIXED, EVAL_AVERAGE_ACCURACY)

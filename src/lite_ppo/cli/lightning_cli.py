@@ -41,7 +41,7 @@ from lite_ppo.training.module import LitePPO
 TRAINER_DEFAULTS = {
     "log_every_n_steps": 1,
     "logger": {
-        "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+        "class_path": "lite_ppo.cli.tensorboard_logger.TensorBoardLogger",
         "init_args": {"save_dir": "runs", "name": None, "default_hp_metric": False},
     },  # name/version unset: runs/<recipe>/<model>/seed<S> (research/run_dir.py)
     "num_sanity_val_steps": 0,

@@ -114,13 +114,15 @@ def evaluate_problems(
             batches = -(-len(problems) // batch_size)
             for i in range(0, len(problems), batch_size):
                 chunk = problems[i : i + batch_size]
-                where = f"{spec.display} batch {i // batch_size + 1}/{batches}"
-                so_far = f" acc={correct / seen:.3f}" if seen else ""
-
-                def show(phase: str, where: str = where, so_far: str = so_far) -> None:
-                    bar.set_postfix_str(f"{where}: {phase}{so_far}")
-
-                batch, timings = producer.produce(module, chunk, sampling, seed + i // batch_size, on_phase=show)
+                status = _BatchStatus(bar, f"{spec.display} batch {i // batch_size + 1}/{batches}")
+                status.accuracy = f" acc={correct / seen:.3f}" if seen else ""
+                producer.engine.on_tokens = status.add_tokens
+                try:
+                    batch, timings = producer.produce(
+                        module, chunk, sampling, seed + i // batch_size, on_phase=status.show
+                    )
+                finally:
+                    producer.engine.on_tokens = None
                 prompts = [producer.prompt.format(p.problem, module.tokenizer) for p in chunk] if keep_prompts else None
                 new = response_records(spec.name, chunk, batch, prompts)
                 metrics.update_rollout(spec.name, chunk, batch)
@@ -143,6 +145,27 @@ def evaluate_problems(
             ticking.stop()
         bar.close()
     return metrics.compute(), records, timing
+
+
+class _BatchStatus:
+    """The bar's text while one batch runs: where it is, the phase, the tokens generated so far
+    (the engine reports them as they come, so a bar at 0/N still shows progress) and the accuracy."""
+
+    def __init__(self, bar, where: str) -> None:
+        self.bar, self.where = bar, where
+        self.phase, self.tokens, self.accuracy = "", 0, ""
+
+    def show(self, phase: str) -> None:
+        self.phase = phase
+        self._draw(refresh=True)
+
+    def add_tokens(self, count: int) -> None:
+        self.tokens += count
+        self._draw(refresh=False)  # the ticker redraws once a second; one redraw per decoding step is too many
+
+    def _draw(self, refresh: bool) -> None:
+        tokens = f" ({self.tokens:,} tokens)" if self.tokens else ""
+        self.bar.set_postfix_str(f"{self.where}: {self.phase}{tokens}{self.accuracy}", refresh=refresh)
 
 
 class _Ticker:

@@ -8,6 +8,7 @@ Engines know nothing of training or techniques. The rollout callback owns one en
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -64,7 +65,13 @@ class RolloutEngine(ABC):
 
     Subclasses: :class:`lite_ppo.rollout.hf.HFEngine` (transformers ``generate``, portable) and
     :class:`lite_ppo.rollout.vllm.VLLMEngine`.
+
+    ``on_tokens``, when set (a progress display sets it), is told how many response tokens each
+    decoding step added, while ``generate`` runs. An engine that cannot report during generation
+    (vLLM's offline ``generate``) never calls it.
     """
+
+    on_tokens: Callable[[int], None] | None = None
 
     def setup(self, policy: torch.nn.Module, tokenizer, model_path: str) -> None:
         """Called once before the first ``generate``. ``policy`` is the live training model."""

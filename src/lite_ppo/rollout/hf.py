@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+from transformers.generation.streamers import BaseStreamer
 
 from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig, eos_token_ids
 
@@ -13,7 +16,7 @@ class HFEngine(RolloutEngine):
     Prompts are batched with left padding, ``n`` samples per prompt; generation stops at EOS or
     ``max_new_tokens`` (then the response is flagged truncated). Because the engine uses the live
     policy there is nothing to sync. It does not report engine log-probs (they would equal the
-    trainer's own).
+    trainer's own). With ``on_tokens`` set it reports the tokens of each decoding step as they come.
 
     Args:
         batch_size: prompts per ``generate`` call (each expands to ``n`` sequences); bounds memory.
@@ -85,6 +88,8 @@ class HFEngine(RolloutEngine):
                 top_p=sampling.top_p,
                 top_k=sampling.top_k if sampling.top_k > 0 else None,
             )
+        if self.on_tokens is not None:
+            kwargs["streamer"] = _TokenCounter(eos_ids, self.on_tokens)
         sequences = self._policy.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         responses = sequences[:, width:].tolist()
         eos = set(eos_ids)
@@ -99,3 +104,30 @@ class HFEngine(RolloutEngine):
                 group += [Generation(list(group[0].token_ids), group[0].finished) for _ in range(sampling.n - 1)]
             result.append(group)
         return result
+
+
+class _TokenCounter(BaseStreamer):
+    """Reports the response tokens of each decoding step: one per sequence that had not ended
+    before it (``generate`` pads a sequence after its EOS; those pads are not tokens of it)."""
+
+    def __init__(self, eos_ids: list[int], report: Callable[[int], None]) -> None:
+        self._eos = torch.tensor(eos_ids)
+        self._report = report
+        self._prompt_seen = False
+        self._open: torch.Tensor | None = None  # per sequence: not ended yet
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:  # generate hands over the prompts first
+            self._prompt_seen = True
+            return
+        steps = value.reshape(value.shape[0], -1)  # (sequences, tokens of this call)
+        if self._open is None:
+            self._open = torch.ones(steps.shape[0], dtype=torch.bool)
+        for column in steps.T:
+            added = int(self._open.sum())
+            self._open &= ~torch.isin(column, self._eos)
+            if added:
+                self._report(added)
+
+    def end(self) -> None:
+        return None  # nothing buffered
