@@ -1,7 +1,8 @@
 """``lite-ppo sweep``: a 2 x 2 factorial (Lite PPO's normalization x aggregation) x 2 seeds of 2-step
-tiny runs, each in its own process and named run directory, compared over generated tokens with
-factorial effects; a re-run after deleting one run re-runs only that one; ``--emit-slurm`` writes
-scripts naming every run; factor levels merge into the recipe's callbacks by class."""
+runs on the testbed, each in its own process and named run directory, compared over generated tokens
+with factorial effects checked by hand from the event files; a re-run after deleting one run re-runs only
+that one; ``--emit-slurm`` writes scripts naming every run; factor levels merge into the recipe's
+callbacks by class."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers.fits import read_scalars
 from helpers.paths import REPO
+from lite_ppo import metric_names as names
 from lite_ppo.research.factors import cell_config
 from lite_ppo.research.grid import expand_grid
 from lite_ppo.research.sweep import main as sweep_main
@@ -28,6 +31,10 @@ SMALL = [
     "--rollout.eval_sampling.max_new_tokens=4",
     "--data.val_size=4",
 ]
+TESTBED = str(REPO / "configs/models/testbed_base.yaml")
+# The testbed as shipped (80 new tokens: lengths spread, some truncated), 2 steps of 4 prompts x 8
+# samples, 4 held-out problems per tier.
+TESTBED_SMALL = ["--data.steps_per_epoch=2", "--data.prompts_per_step=4", "--data.val_size=4"]
 FACTORS = REPO / "configs/factors"
 NORM = f"norm=group_std:{FACTORS / 'norm_group_std.yaml'},batch_std:{FACTORS / 'norm_batch_std.yaml'}"
 AGG = f"agg=token:{FACTORS / 'agg_token.yaml'},seq:{FACTORS / 'agg_seq.yaml'}"
@@ -61,9 +68,20 @@ def _args(out: Path, *extra: str) -> list[str]:
 
 def _factorial_args(out: Path, *extra: str) -> list[str]:
     return [
-        *("--recipe", RECIPES[0], "--seed", "0", "1", "--config", TINY, "--factor", NORM, "--factor", AGG),
-        *("--out", str(out), "--compare-args=--x tokens", *extra, "--", *SMALL),
+        *("--recipe", RECIPES[0], "--seed", "0", "1", "--config", TESTBED, "--factor", NORM, "--factor", AGG),
+        *("--out", str(out), "--compare-args=--x tokens", *extra, "--", *TESTBED_SMALL),
     ]
+
+
+def _last(scalars: dict, tag: str) -> float:
+    return scalars[tag][-1][1]
+
+
+def _pooled_held_out(scalars: dict) -> float:
+    """The accuracy over all held-out problems at the last validation, from the tiers' own tags."""
+    tiers = [tag.split("/")[1] for tag in scalars if tag.startswith("val/") and tag.endswith("/accuracy")]
+    problems = {t: _last(scalars, f"val/{t}/num_problems") for t in tiers}
+    return sum(_last(scalars, f"val/{t}/accuracy") * problems[t] for t in tiers) / sum(problems.values())
 
 
 def _callbacks(config: dict) -> dict[str, dict]:
@@ -72,19 +90,20 @@ def _callbacks(config: dict) -> dict[str, dict]:
 
 @pytest.mark.extended
 @pytest.mark.slow
-def test_factorial_sweep_runs_resumes_and_compares(tmp_path, tiny_model_path, capsys):
+def test_factorial_sweep_runs_resumes_and_compares(tmp_path, capsys):
     out = tmp_path / "sweep"
     assert sweep_main(_factorial_args(out)) == 0
     run_dirs = {p.parent.relative_to(out).as_posix() for p in out.rglob("run.json")}
     cells = [(n, a) for n in ("group_std", "batch_std") for a in ("token", "seq")]
-    assert run_dirs == {f"norm={n}_agg={a}/lite_ppo/tiny-arith/seed{s}" for n, a in cells for s in (0, 1)}
+    assert run_dirs == {f"norm={n}_agg={a}/lite_ppo/testbed-base/seed{s}" for n, a in cells for s in (0, 1)}
+    held_out, tokens = {}, {}  # (norm, agg) -> seed -> the run's value, read from its event file
     for rel in run_dirs:
         run_dir = out / rel
         record = json.loads((run_dir / "run.json").read_text())
         assert RUN_JSON_FIELDS <= set(record), f"{rel}: run.json lacks {RUN_JSON_FIELDS - set(record)}"
         assert record["status"] == "finished"
         assert record["steps"] == 2
-        assert record["recipe"] == "lite_ppo" and record["model_name"] == "tiny-arith"
+        assert record["recipe"] == "lite_ppo" and record["model_name"] == "testbed-base"
         assert record["seed"] == int(rel[-1])
         assert record["ended"] >= record["started"]
         assert record["versions"]["torch"] and record["versions"]["lightning"] and record["versions"]["lite-ppo"]
@@ -100,28 +119,64 @@ def test_factorial_sweep_runs_resumes_and_compares(tmp_path, tiny_model_path, ca
         assert "ModelCheckpoint" in callbacks  # the recipe's other callbacks stay
         # The seed reaches the data order and the sampling, not only torch's global RNG.
         assert config["seed_everything"] == config["data"]["seed"] == config["rollout"]["seed"] == record["seed"]
+        scalars = read_scalars(run_dir)
+        cell = (record["cell"]["norm"], record["cell"]["agg"])
+        held_out.setdefault(cell, {})[record["seed"]] = _pooled_held_out(scalars)
+        tokens.setdefault(cell, {})[record["seed"]] = sum(v for _, v in scalars[names.GENERATED_TOKENS])
+        # The testbed's responses vary in length (at most 80 tokens each, 2 steps x 4 prompts x 8 samples).
+        assert 2 * 32 <= tokens[cell][record["seed"]] < 2 * 32 * 80
     summary = json.loads((out / "compare" / "summary.json").read_text())
     assert summary["x"] == "tokens" and summary["figures"][0] == "overview.png"
     assert all((out / "compare" / name).is_file() for name in summary["figures"])
-    assert sorted(g["label"] for g in summary["groups"]) == sorted(
-        f"lite_ppo/tiny-arith [norm={n}, agg={a}]" for n, a in cells
-    )
+    label = "lite_ppo/testbed-base [norm={}, agg={}]"
+    assert sorted(g["label"] for g in summary["groups"]) == sorted(label.format(n, a) for n, a in cells)
     for group in summary["groups"]:
         assert group["seeds"] == [0, 1]
-        # 2 steps x 2 prompts x 4 samples, every response cut at 4 tokens (100 % truncated).
-        assert group["compute"]["tokens"]["mean"] == 2 * 2 * 4 * 4 and group["compute"]["tokens"]["ci"] is not None
-        assert summary["score"]["groups"][group["label"]]["final"]["ci"] is not None
+        cell = tuple(group["label"].split("[")[1].rstrip("]").replace("norm=", "").replace("agg=", "").split(", "))
+        # The compute axis: the tokens the run generated, its mean over the seeds (and its CI).
+        assert group["compute"]["tokens"]["mean"] == pytest.approx((tokens[cell][0] + tokens[cell][1]) / 2)
+        assert group["compute"]["tokens"]["ci"] is not None
+        final = summary["score"]["groups"][group["label"]]["final"]
+        assert final["mean"] == pytest.approx((held_out[cell][0] + held_out[cell][1]) / 2)
+        assert final["ci"] is not None
+    assert any(v > 0 for seeds in held_out.values() for v in seeds.values())  # the testbed answers some right
+    # Main effects and interaction against the same contrasts computed here, seed by seed.
     (design,) = summary["factorial"]
     assert design["seeds"] == [0, 1] and "val/*/accuracy" in design["response"]
-    assert [(e["factor"], e["level"], e["n"]) for e in design["main_effects"]] == [
-        ("norm", "batch_std", 2),
-        ("agg", "seq", 2),
+    y = {cell: [held_out[cell][s] for s in (0, 1)] for cell in held_out}
+    norm_effect = [
+        (
+            (y["batch_std", "token"][s] - y["group_std", "token"][s])
+            + (y["batch_std", "seq"][s] - y["group_std", "seq"][s])
+        )
+        / 2
+        for s in (0, 1)
     ]
-    assert len(design["interactions"]) == 1 and all(e["ci"] is not None for e in design["main_effects"])
+    agg_effect = [
+        (
+            (y["group_std", "seq"][s] - y["group_std", "token"][s])
+            + (y["batch_std", "seq"][s] - y["batch_std", "token"][s])
+        )
+        / 2
+        for s in (0, 1)
+    ]
+    interaction = [
+        (y["batch_std", "seq"][s] - y["group_std", "seq"][s])
+        - (y["batch_std", "token"][s] - y["group_std", "token"][s])
+        for s in (0, 1)
+    ]
+    effects = {(e["factor"], e["level"]): e for e in design["main_effects"]}
+    assert set(effects) == {("norm", "batch_std"), ("agg", "seq")}
+    assert effects["norm", "batch_std"]["per_seed"] == pytest.approx(norm_effect)
+    assert effects["agg", "seq"]["per_seed"] == pytest.approx(agg_effect)
+    assert effects["norm", "batch_std"]["estimate"] == pytest.approx(sum(norm_effect) / 2)
+    (inter,) = design["interactions"]
+    assert inter["estimate"] == pytest.approx(sum(interaction) / 2)
+    assert all(e["ci"] is not None for e in design["main_effects"])
     assert len(summary["score"]["pairs"]) == 6  # every pair of the 4 cells
 
     # Interrupted sweep: one run is gone; only that one runs again, into the same name.
-    gone = "norm=batch_std_agg=seq/lite_ppo/tiny-arith/seed1"
+    gone = "norm=batch_std_agg=seq/lite_ppo/testbed-base/seed1"
     shutil.rmtree(out / gone)
     mtimes = {rel: (out / rel / "run.json").stat().st_mtime_ns for rel in run_dirs if rel != gone}
     capsys.readouterr()
