@@ -2,8 +2,9 @@
 
 Reads each run of the given study folders (``NAME=FOLDER``), prints which of the advisor's rules fire on it,
 as a table per study and cell, and with ``--record FILE`` writes what the rules read: per run its study, cell,
-seed, configuration facts (``RunContext``) and the per-step series of the tags the rules read. The tests
-check the advisor against the studies on that record (``tests/data/takeaways_advisor.json``), not on the runs.
+seed, configuration facts (``RunContext``) and the per-step series of the tags the rules read, replacing those
+studies' runs in FILE and keeping the other studies' (whose runs may no longer be on disk). The tests check
+the advisor against the studies on that record (``tests/data/takeaways_advisor.json``), not on the runs.
 
     .venv/bin/python benchmarks/advisor_on_studies.py aggregation=runs/study_agg \\
         clip_aligned=runs/study_clip_aligned --record tests/data/takeaways_advisor.json
@@ -15,6 +16,7 @@ import argparse
 import dataclasses
 import json
 from collections import Counter, defaultdict
+from pathlib import Path
 
 from lite_ppo import metric_names as names
 from lite_ppo.research.context import context_from_config
@@ -56,7 +58,9 @@ def record_run(study: str, run) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("studies", nargs="+", help="NAME=FOLDER: a study's sweep folder")
-    parser.add_argument("--record", help="write the rules' inputs of every run to this JSON file")
+    parser.add_argument(
+        "--record", help="write the rules' inputs of these studies' runs to this JSON file (other studies' kept)"
+    )
     args = parser.parse_args()
     records = []
     for item in args.studies:
@@ -73,10 +77,17 @@ def main() -> None:
         rules = ", ".join(f"{rule} ({count})" for rule, count in sorted(fired[key].items())) or "none"
         print(f"| {key[0]} | {key[1]} | {runs[key]} | {rules} |")
     if args.record:
-        with open(args.record, "w", encoding="utf-8") as handle:
-            json.dump({"runs": [{k: v for k, v in r.items() if k != "fired"} for r in records]}, handle)
-            handle.write("\n")
-        print(f"wrote {args.record} ({len(records)} runs)")
+        write_record(Path(args.record), records)
+
+
+def write_record(path: Path, records: list[dict]) -> None:
+    """Replace the given studies' runs in ``path``, keeping the other studies' (their runs may be gone)."""
+    studies = {rec["study"] for rec in records}
+    kept = json.loads(path.read_text(encoding="utf-8"))["runs"] if path.is_file() else []
+    kept = [run for run in kept if run["study"] not in studies]
+    new = [{k: v for k, v in rec.items() if k != "fired"} for rec in records]
+    path.write_text(json.dumps({"runs": kept + new}) + "\n", encoding="utf-8")
+    print(f"wrote {path}: {len(new)} runs of {', '.join(sorted(studies))}, {len(kept)} of other studies kept")
 
 
 if __name__ == "__main__":

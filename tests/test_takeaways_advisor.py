@@ -39,7 +39,7 @@ def _by_cell(study: str) -> dict[str, list[dict]]:
 
 
 def test_the_record_holds_every_seed_of_every_cell():
-    for study, cells in (("aggregation", 2), ("clip_aligned", 2), ("clip_base", 2)):
+    for study, cells in (("aggregation", 2), ("clip_aligned", 2), ("clip_base", 2), ("overlong", 4)):
         by_cell = _by_cell(study)
         assert len(by_cell) == cells, study
         for cell, runs in by_cell.items():
@@ -85,3 +85,23 @@ def test_clip_higher_helps_is_silent_where_clip_higher_left_entropy_alone():
     runs = cells['{"clip": "symmetric"}']
     assert all(run["context"]["model_kind"] == "aligned" for run in runs)
     assert [run["seed"] for run in runs if "clip_higher_helps" in _fired(run)] == []
+
+
+def _quarter_means(pairs: list) -> tuple[float, float]:
+    values = [value for _, value in pairs]
+    k = max(1, len(values) // 4)
+    return sum(values[:k]) / k, sum(values[-k:]) / k
+
+
+def test_overlong_rule_is_silent_where_filtering_did_not_help():
+    """Study (iv), 64-token limit without the filter: truncation is frequent and rising on some seeds, but the
+    truncated responses are long working, not repetition loops, and the filter left held-out accuracy
+    unchanged (-0.002, p = 0.92). The rule that recommends overlong filtering needs both a rising truncation
+    rate and repeating truncated responses, so it must stay silent on these runs."""
+    runs = _by_cell("overlong")['{"filter": "off", "limit": "64"}']
+    trends = [_quarter_means(run["scalars"]["response/truncation_rate"]) for run in runs]
+    # The truncation half of the rule's premise holds on some runs (so the silence is the repetition half's).
+    assert any(late >= 0.05 and late - early >= 0.02 for early, late in trends)
+    repetition = [_quarter_means(run["scalars"]["response/repetition_rate_truncated"])[1] for run in runs]
+    assert max(repetition) < 0.5
+    assert [run["seed"] for run in runs if "overlong_filtering" in _fired(run)] == []
