@@ -120,7 +120,7 @@ class _TokenCounter(BaseStreamer):
         if not self._prompt_seen:  # generate hands over the prompts first
             self._prompt_seen = True
             return
-        steps = value.reshape(value.shape[0], -1)  # (sequences, tokens of this call)
+        steps = value.reshape(value.shape[0], -1).cpu()  # (sequences, tokens of this call); on a GPU too
         if self._open is None:
             self._open = torch.ones(steps.shape[0], dtype=torch.bool)
         for column in steps.T:
