@@ -96,7 +96,7 @@ def _quarter_means(pairs: list) -> tuple[float, float]:
 def test_overlong_rule_is_silent_where_filtering_did_not_help():
     """Study (iv), 64-token limit without the filter: truncation is frequent and rising on some seeds, but the
     truncated responses are long working, not repetition loops, and the filter left held-out accuracy
-    unchanged (-0.002, p = 0.92). The rule that recommends overlong filtering needs both a rising truncation
+    unchanged (docs/takeaways.md). The rule that recommends overlong filtering needs both a rising truncation
     rate and repeating truncated responses, so it must stay silent on these runs."""
     runs = _by_cell("overlong")['{"filter": "off", "limit": "64"}']
     trends = [_quarter_means(run["scalars"]["response/truncation_rate"]) for run in runs]
