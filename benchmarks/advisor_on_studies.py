@@ -40,11 +40,13 @@ RULE_TAGS = (
 def record_run(study: str, run) -> dict:
     table = read_scalars(run.path)
     ctx = context_from_config(run.config)
+    record = run.record or {}
     context = dataclasses.asdict(ctx)
     return {
         "study": study,
-        "cell": (run.record or {}).get("cell"),
-        "seed": (run.record or {}).get("seed"),
+        # A sweep over recipes alone has no factor cell: the recipe is the cell.
+        "cell": record.get("cell") or {"recipe": record.get("recipe")},
+        "seed": record.get("seed"),
         "context": {key: list(value) if isinstance(value, tuple) else value for key, value in context.items()},
         "scalars": {
             tag: [[int(step), round(float(value), 6)] for step, value in zip(table[tag].steps, table[tag].values)]

@@ -149,6 +149,9 @@ class Diagnostics(Technique):
     def update_record(self, batch: RolloutBatch) -> dict[str, Any]:
         """The per-response facts of the trained batch that the update metrics need."""
         advantages = batch.advantages if batch.advantages is not None else torch.zeros(batch.num_responses)
+        if advantages.dim() == 2:  # per-token advantages: each response's mean over its tokens
+            mask = batch.response_mask.to(advantages.dtype)
+            advantages = (advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1)
         return {
             "advantage": advantages.detach().double().cpu(),
             "length": batch.response_lengths.detach().cpu().long(),

@@ -8,6 +8,7 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
+from lite_ppo.callbacks.reference_policy import ReferencePolicy
 from lite_ppo.ops.kl import KL_ESTIMATORS, kl_estimate
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.technique import MiniBatchContext, Technique
@@ -60,34 +61,32 @@ class KLPenalty(Technique):
         self.estimator = estimator
         self.reference_path = reference_path
         self.clamp = clamp
-        self.reference: torch.nn.Module | None = None
-        self.reference_is_base = False  # the policy's own frozen base (LoRA): scored with the adapters off
+        self._reference = ReferencePolicy(reference_path)
+
+    @property
+    def reference(self) -> torch.nn.Module | None:
+        """The loaded reference model (None before fit start, with ``coef == 0`` and for a LoRA base)."""
+        return self._reference.model
+
+    @property
+    def reference_is_base(self) -> bool:
+        """True when the reference is the policy's own frozen base (LoRA adapters off)."""
+        return self._reference.is_base
 
     # -- reference model -----------------------------------------------------------------------------
     @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self.coef > 0 and self.reference is None:
-            if self.reference_path is None and getattr(pl_module, "has_adapters", False):
-                self.reference_is_base = True
-                return
-            # Laid out like the policy: partitioned over the ranks under ZeRO-3.
-            self.reference = pl_module.load_frozen_model(self.reference_path or pl_module.model_path)
+        if self.coef > 0:
+            self._reference.load(pl_module)
 
     @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.reference = None  # free the memory
-        self.reference_is_base = False
+        self._reference.release()
 
-    @torch.no_grad()
     def reference_logprobs(self, module, batch: RolloutBatch) -> torch.Tensor:
         """log pi_ref of the response tokens of ``batch``: [b, R] (zero on padding), scored exactly
         as the module scores the policy (same positions, temperature, packing)."""
-        if self.reference_is_base:
-            with module.adapters_disabled():
-                return module.score_responses(batch, with_entropy=False)[0]
-        if self.reference is None:
-            raise RuntimeError("KLPenalty has no reference model: it is loaded at fit start when coef > 0")
-        return module.score_responses(batch, model=self.reference, with_entropy=False)[0]
+        return self._reference.logprobs(module, batch)
 
     # -- hooks ---------------------------------------------------------------------------------------
     @override

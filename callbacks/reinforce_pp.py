@@ -1,5 +1,5 @@
-"""REINFORCE++ and REINFORCE++-baseline advantages: global batch whitening of the return (docs/method.md,
-"REINFORCE++")."""
+"""REINFORCE++ and REINFORCE++-baseline advantages: global batch whitening of the (optionally
+KL-shaped) return (docs/method.md, "REINFORCE++")."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
+from lite_ppo.callbacks.reference_policy import ReferencePolicy
 from lite_ppo.errors import UserError
 from lite_ppo.ops.advantages import weighted_mean_std
-from lite_ppo.ops.reinforce_pp import group_baseline_residuals, whitened
+from lite_ppo.ops.kl import KL_ESTIMATORS, kl_estimate
+from lite_ppo.ops.reinforce_pp import group_baseline_residuals, kl_shaped_returns, whitened
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique
@@ -27,8 +29,15 @@ class ReinforcePlusPlus(Technique):
 
     "Global" is every response of the step on every data-parallel rank: the (x, weight) pairs of all
     ranks are gathered first, so R ranks compute the advantages one process would. It replaces
-    ``AdvantageNormalization`` (exactly one advantage estimator may be configured). Outcome rewards
-    only: the paper's per-token KL-shaped return is not produced (use ``KLPenalty`` as a loss).
+    ``AdvantageNormalization`` (exactly one advantage estimator may be configured).
+
+    With ``kl_coef`` beta > 0 the return is the paper's KL-shaped one: every response token also earns
+    -beta * KL_t, KL_t estimating log pi_old - log pi_ref at that token, so
+    G_{i,t} = x_i - beta * sum_{u >= t} KL_{i,u} and the advantages are per token [B, R], whitened over
+    every response token of the global batch. pi_old's log-probs cost one more no-gradient forward of
+    the policy, the reference's one of the reference (loaded at fit start like ``KLPenalty``'s: the
+    initial policy, or with LoRA the policy with its adapters off). An objective that needs one
+    advantage per response (GSPO's sequence ratio) is refused at fit start.
 
     Args:
         group_baseline: subtract the mean reward of the response's group (prompt) before whitening
@@ -36,9 +45,15 @@ class ReinforcePlusPlus(Technique):
         weighting: ``token`` (a response counts its length in tokens: verl's whitening over the
             response mask) or ``sample`` (every response counts once).
         eps: added to the variance inside the square root (verl: 1e-8).
+        kl_coef: beta of the KL-shaped return; 0 (default) = the outcome return, one advantage per
+            response. Needs ``weighting: token`` (every token carries its own return).
+        kl_estimator: ``k1`` (the paper's log-ratio) | ``k2`` | ``k3`` (:mod:`lite_ppo.ops.kl`).
+        reference_path: local HF folder (or ``builtin:...``) of the reference; None = the policy's
+            ``model_path``.
 
     Logs ``reinforce_pp/return_mean`` and ``reinforce_pp/return_std``: mu and sigma, the global
-    statistics the returns were whitened with.
+    statistics the returns were whitened with; with ``kl_coef`` > 0 also ``reinforce_pp/ref_kl``, the
+    mean KL_t over the response tokens.
 
     Example (REINFORCE++-baseline)::
 
@@ -49,15 +64,51 @@ class ReinforcePlusPlus(Technique):
     """
 
     def __init__(
-        self, group_baseline: bool = False, weighting: Literal["token", "sample"] = "token", eps: float = 1e-8
+        self,
+        group_baseline: bool = False,
+        weighting: Literal["token", "sample"] = "token",
+        eps: float = 1e-8,
+        kl_coef: float = 0.0,
+        kl_estimator: Literal["k1", "k2", "k3"] = "k1",
+        reference_path: str | None = None,
     ) -> None:
         if weighting not in WEIGHTINGS:
             raise UserError(f"ReinforcePlusPlus.weighting={weighting!r}: choose token or sample")
         if not eps >= 0:
             raise UserError(f"ReinforcePlusPlus.eps={eps}: must be >= 0")
+        if not kl_coef >= 0:
+            raise UserError(f"ReinforcePlusPlus.kl_coef={kl_coef}: must be >= 0")
+        if kl_estimator not in KL_ESTIMATORS:
+            raise UserError(
+                f"ReinforcePlusPlus.kl_estimator={kl_estimator!r}: choose one of {', '.join(KL_ESTIMATORS)}"
+            )
+        if kl_coef > 0 and weighting != "token":
+            raise UserError(
+                "ReinforcePlusPlus.kl_coef > 0 needs weighting: token (the KL-shaped return differs per token, "
+                "so every token counts in the statistics)"
+            )
         self.group_baseline = group_baseline
         self.weighting = weighting
         self.eps = eps
+        self.kl_coef = kl_coef
+        self.kl_estimator = kl_estimator
+        self.reference_path = reference_path
+        self._reference = ReferencePolicy(reference_path)
+
+    @property
+    @override
+    def per_token_advantages(self) -> bool:  # type: ignore[override]
+        """The KL-shaped return gives every token its own advantage."""
+        return self.kl_coef > 0
+
+    @override
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.kl_coef > 0:
+            self._reference.load(pl_module)
+
+    @override
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._reference.release()
 
     def statistics_weights(self, batch: RolloutBatch) -> torch.Tensor:
         """[B] float64: how many times each response counts in the batch statistics."""
@@ -69,6 +120,8 @@ class ReinforcePlusPlus(Technique):
     def compute_advantages(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> torch.Tensor:
         returns = group_baseline_residuals(batch.rewards, batch.group_ids) if self.group_baseline else batch.rewards
         returns = returns.double()
+        if self.kl_coef > 0:
+            return self.kl_shaped_advantages(trainer, module, batch, returns)
         weights = self.statistics_weights(batch)
         # One all-gather of [B, 2]: every rank whitens with the statistics of the whole global batch
         # (groups never straddle ranks, so the baseline above is already exact per rank).
@@ -78,3 +131,27 @@ class ReinforcePlusPlus(Technique):
         module.step_metrics.mean("reinforce_pp/return_mean", mean, 1)
         module.step_metrics.mean("reinforce_pp/return_std", std, 1)
         return whitened(returns, weights, self.eps, stats=(mean, std)).to(torch.float32)
+
+    def kl_shaped_advantages(
+        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, outcome: torch.Tensor
+    ) -> torch.Tensor:
+        """[B, R] advantages of the KL-shaped return, 0 off the response tokens."""
+        mask = batch.response_mask
+        # pi_old is the policy as it is now (no optimizer step yet this step) and the reference its
+        # frozen start: the per-token KL the return is shaped with.
+        kl = kl_estimate(
+            module.sequence_logprobs(batch),
+            self._reference.logprobs_by_micro_batch(module, batch),
+            self.kl_estimator,
+            clamp=None,
+        )
+        returns = kl_shaped_returns(outcome, kl, mask, self.kl_coef)
+        tokens = returns[mask.bool()]
+        # Every rank's response tokens (their counts differ): the statistics of the whole global batch.
+        gathered, _ = Ranks(trainer).cat_varying(tokens)
+        mean, std = weighted_mean_std(gathered, torch.ones_like(gathered))
+        module.step_metrics.mean("reinforce_pp/return_mean", mean, 1)
+        module.step_metrics.mean("reinforce_pp/return_std", std, 1)
+        module.step_metrics.mean("reinforce_pp/ref_kl", (kl.double() * mask).sum(), mask.sum())
+        advantages = whitened(returns, torch.ones_like(returns), self.eps, stats=(mean, std)) * mask
+        return advantages.to(torch.float32)

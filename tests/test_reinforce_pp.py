@@ -1,7 +1,8 @@
 """REINFORCE++ and REINFORCE++-baseline advantages: hand-computed cases, a second implementation over
 the expanded token list (Python's ``statistics``), the estimator through a real training step, and the
-conflict with a second estimator at fit start. The 2-process equality of the global statistics is in
-tests/test_distributed.py."""
+conflict with a second estimator at fit start; the KL-shaped return (per-token advantages) by hand,
+written out against log-probs scored by transformers directly, and refused with GSPO's sequence ratio.
+The 2-process equality of the global statistics (KL-shaped too) is in tests/test_distributed.py."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from helpers.technique_fit import GROUPS, LENGTHS, REWARDS, fit_step, logged, rollout
 from lite_ppo.callbacks import AdvantageNormalization, LossAggregation, ReinforcePlusPlus
 from lite_ppo.errors import UserError
-from lite_ppo.ops.reinforce_pp import group_baseline_residuals, reinforce_pp_advantages, whitened
+from lite_ppo.ops.reinforce_pp import group_baseline_residuals, kl_shaped_returns, reinforce_pp_advantages, whitened
 from lite_ppo.step_metrics import StepMetrics
 from lite_ppo.strategies.ranks import Ranks
 
@@ -135,3 +136,107 @@ def test_reinforce_pp_baseline_step_through_the_module(tiny_model_path, tmp_path
     assert abs(expected) > 0.1  # per-response whitening: the token mean of A is not 0 here
     # float32: 17 token terms of order 1 summed, then one division: <= 18 * 2^-24 ~ 1.1e-6 relative, so 1e-5
     assert scalars["loss/policy"] == pytest.approx(expected, rel=1e-5)
+
+
+# -- the KL-shaped return ----------------------------------------------------------------------------
+
+
+def shaped_reference(x, kl_rows, beta, eps=1e-8) -> list[list[float]]:
+    """The paper's KL-shaped REINFORCE++ written out: token t of response i earns -beta * KL_t and the
+    outcome x_i comes at the end, so its return is x_i - beta * (KL_t + ... + KL_last); every token's
+    return is whitened with the mean and Bessel std of all tokens' returns."""
+    returns = [[xi - beta * sum(row[t:]) for t in range(len(row))] for xi, row in zip(x, kl_rows)]
+    pool = [g for row in returns for g in row]
+    mean, var = statistics.fmean(pool), statistics.variance(pool)
+    return [[(g - mean) / (var + eps) ** 0.5 for g in row] for row in returns]
+
+
+def test_kl_shaped_returns_by_hand():
+    # Row 0: x 1, KL 0.1 0.2 0.3: to go 0.6 0.5 0.3 -> 1 - 0.5 * (0.6, 0.5, 0.3). Row 1: two tokens,
+    # its padding KL (9) ignored: x -0.5, to go 0.9 0.5.
+    kl = torch.tensor([[0.1, 0.2, 0.3], [0.4, 0.5, 9.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    got = kl_shaped_returns(torch.tensor([1.0, -0.5]), kl, mask, beta=0.5)
+    expected = torch.tensor([[0.7, 0.75, 0.85], [-0.95, -0.75, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(got, expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 1.0]), st.integers(1, 5)), min_size=2, max_size=6), st.booleans())
+def test_without_kl_the_shaped_return_is_the_token_weighted_outcome_form(rows, group_baseline):
+    rewards, lengths = torch.tensor([r for r, _ in rows]), [n for _, n in rows]
+    assume(len(set(rewards.tolist())) > 1)
+    groups = torch.arange(len(rows)) // 2
+    mask = torch.tensor([[1] * n + [0] * (max(lengths) - n) for n in lengths])
+    x = group_baseline_residuals(rewards, groups) if group_baseline else rewards.double()
+    returns = kl_shaped_returns(x, torch.rand(mask.shape), mask, beta=0.0)
+    per_token = whitened(returns[mask.bool()], torch.ones(int(mask.sum())))
+    outcome = reinforce_pp_advantages(rewards, groups, torch.tensor(lengths, dtype=torch.float64), group_baseline)
+    torch.testing.assert_close(per_token, outcome.repeat_interleave(torch.tensor(lengths)))
+
+
+def _perturbed_copy(model_path: str, out) -> str:
+    """A reference that differs from the policy: the tiny model with every weight moved by noise."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+    model.save_pretrained(out)
+    return str(out)
+
+
+@pytest.mark.numerics
+def test_kl_shaped_step_through_the_module(tiny_model_path, tmp_path):
+    """One real step with the KL-shaped return: the per-token advantages are the written-out
+    reference's, computed from log-probs of the policy and the reference scored by transformers
+    directly (full logits), and the logged mean KL is theirs."""
+    from transformers import AutoModelForCausalLM
+
+    from helpers.packed_batches import reference_logprobs
+
+    reference_path = _perturbed_copy(tiny_model_path, tmp_path / "reference")
+    beta = 0.5
+    techniques = [ReinforcePlusPlus(kl_coef=beta, reference_path=reference_path), LossAggregation("token-mean")]
+    record = fit_step(tiny_model_path, techniques, log_dir=tmp_path / "logs")
+
+    batch = rollout()
+    with torch.no_grad():
+        old = reference_logprobs(AutoModelForCausalLM.from_pretrained(tiny_model_path), batch)
+        ref = reference_logprobs(AutoModelForCausalLM.from_pretrained(reference_path), batch)
+    kl_rows = [(old[i, :n] - ref[i, :n]).tolist() for i, n in enumerate(LENGTHS)]  # k1 = log pi_old - log pi_ref
+    assert max(abs(k) for row in kl_rows for k in row) > 0.01  # the reference differs: the KL shapes the return
+    expected = shaped_reference(REWARDS, kl_rows, beta)
+    got = record.batch.advantages
+    assert got.shape == batch.response_mask.shape
+    for i, n in enumerate(LENGTHS):
+        torch.testing.assert_close(got[i, :n], torch.tensor(expected[i], dtype=torch.float32), rtol=1e-4, atol=1e-4)
+        assert torch.all(got[i, n:] == 0)
+    tokens = [k for row in kl_rows for k in row]
+    assert logged(tmp_path / "logs")["reinforce_pp/ref_kl"] == pytest.approx(statistics.fmean(tokens), abs=1e-5)
+
+
+def test_kl_shaped_settings_are_checked_in_one_line():
+    for kwargs, match in [
+        ({"kl_coef": -0.1}, "kl_coef=-0.1: must be >= 0"),
+        ({"kl_coef": 0.1, "weighting": "sample"}, "needs weighting: token"),
+        ({"kl_coef": 0.1, "kl_estimator": "k4"}, "choose one of k1, k2, k3"),
+    ]:
+        with pytest.raises(UserError, match=match) as err:
+            ReinforcePlusPlus(**kwargs)
+        assert "\n" not in str(err.value)
+    assert ReinforcePlusPlus(kl_coef=0.1).per_token_advantages and not ReinforcePlusPlus().per_token_advantages
+
+
+def test_per_token_advantages_with_a_sequence_ratio_are_refused_naming_both(tiny_model_path):
+    from lite_ppo.callbacks import GSPO
+
+    techniques = [ReinforcePlusPlus(kl_coef=0.1), GSPO(variant="sequence"), LossAggregation("seq-mean-token-mean")]
+    with pytest.raises(UserError, match="ReinforcePlusPlus gives every token its own advantage.*'gspo'") as err:
+        fit_step(tiny_model_path, techniques)
+    assert "\n" not in str(err.value)
+    # The token variant takes per-token advantages: it runs.
+    techniques = [ReinforcePlusPlus(kl_coef=0.1), GSPO(variant="token"), LossAggregation("seq-mean-token-mean")]
+    assert fit_step(tiny_model_path, techniques).batch.advantages.dim() == 2

@@ -39,7 +39,8 @@ def _by_cell(study: str) -> dict[str, list[dict]]:
 
 
 def test_the_record_holds_every_seed_of_every_cell():
-    for study, cells in (("aggregation", 2), ("clip_aligned", 2), ("clip_base", 2), ("overlong", 4)):
+    studies = (("aggregation", 2), ("clip_aligned", 2), ("clip_base", 2), ("overlong", 4), ("norm", 6), ("recipes", 3))
+    for study, cells in studies:
         by_cell = _by_cell(study)
         assert len(by_cell) == cells, study
         for cell, runs in by_cell.items():
@@ -105,3 +106,15 @@ def test_overlong_rule_is_silent_where_filtering_did_not_help():
     repetition = [_quarter_means(run["scalars"]["response/repetition_rate_truncated"])[1] for run in runs]
     assert max(repetition) < 0.5
     assert [run["seed"] for run in runs if "overlong_filtering" in _fired(run)] == []
+
+
+def test_low_reward_signal_fires_on_every_easy_only_run():
+    """Study (i), easy-only training data: the batch reward std stays below the rule's 0.3 on every run
+    (the last five steps' mean, read from the record), so the rule that asks to compare dynamic
+    sampling or removing the std fires on all of them. (The study ran that comparison: removing the
+    std did not help there; docs/takeaways.md.)"""
+    easy = [run for cell, runs in _by_cell("norm").items() if json.loads(cell)["rewards"] == "easy" for run in runs]
+    assert len(easy) == 15
+    stds = [sum(v for _, v in run["scalars"]["reward/std"][-5:]) / 5 for run in easy]
+    assert max(stds) < 0.3
+    assert [run["seed"] for run in easy if "low_reward_signal" not in _fired(run)] == []

@@ -296,6 +296,8 @@ TECHNIQUE_SCALARS: dict[str, dict[str, str]] = {
     "ReinforcePlusPlus": {
         "reinforce_pp/return_mean": "mean of the (group-baselined) returns over the global batch, as whitened",
         "reinforce_pp/return_std": "their standard deviation (Bessel), the scale the advantages divide by",
+        "reinforce_pp/ref_kl": "with `kl_coef` > 0: mean per-token KL estimate log pi_old - log pi_ref (k1) the "
+        "returns are shaped with",
     },
     "EntropyBonus": {
         ENTROPY_BONUS_COEF: "the entropy coefficient c this step's loss used (moves with a target entropy)",

@@ -15,7 +15,8 @@ Order within one training step::
                                           ->  on_rollout       (read-only: sees the shaped rewards)
                                           ->  keep_groups      (returns a keep mask [B]; masks AND;
                                                                 dynamic sampling; refill loop)
-    module:            compute_advantages  (exactly one technique, the estimator: returns [B])
+    module:            compute_advantages  (exactly one technique, the estimator: returns [B], or [B, R]
+                                        when its per_token_advantages is True)
                        loss_mask           (returns a mask [B, R]; masks multiply; e.g. overlong filter)
                        old log-probs ->    token_weights  (returns weights [B, R]; weights multiply;
                                                            e.g. an importance-sampling correction)
@@ -182,6 +183,10 @@ class Technique(Callback):
     #: ratio (GSPO), where a weight only rescales a whole response and every token keeps its gradient.
     #: (A ``policy_mask`` works there: the objective's ratio is then taken over the kept tokens.)
     needs_token_level_objective: bool = False
+    #: Set True (on the advantage estimator) when ``compute_advantages`` returns one advantage per
+    #: token [B, R] instead of one per response [B]: an objective that needs one per response (GSPO's
+    #: sequence ratio) is then refused at fit start.
+    per_token_advantages: bool = False
 
     # -- rollout callback ------------------------------------------------------------------------
     def shape_rewards(
@@ -352,6 +357,7 @@ def build_loss_config(base: PolicyLossConfig, techniques: list[Technique]) -> Po
             setattr(config, name, value)
     _check_objective_fields(config, owner)
     _check_token_selection(config, owner, techniques)
+    _check_advantage_shape(config, owner, techniques)
     config.validate()
     return config
 
@@ -390,4 +396,18 @@ def _check_token_selection(config: PolicyLossConfig, owner: dict[str, str], tech
                 f"{config.objective!r} objective chosen by {owner.get('objective', 'the configuration')} gives every "
                 "token of a response the gradient of one sequence ratio (a weight rescales the whole response); "
                 "keep one (or use gspo_token)"
+            )
+
+
+def _check_advantage_shape(config: PolicyLossConfig, owner: dict[str, str], techniques: list[Technique]) -> None:
+    """Per-token advantages (``Technique.per_token_advantages``) are refused with an objective that
+    takes one advantage per response (its token losses share a sequence ratio), naming both."""
+    if policy_objective(config.objective).token_level:
+        return
+    for t in techniques:
+        if t.per_token_advantages:
+            raise UserError(
+                f"conflicting techniques: {type(t).__name__} gives every token its own advantage, but the "
+                f"{config.objective!r} objective chosen by {owner.get('objective', 'the configuration')} takes one "
+                "advantage per response; keep one (or use gspo_token)"
             )

@@ -11,8 +11,9 @@ optimizer steps: ``num_mini_batches=2``, each accumulated over micro-batches of 
 injected by a test callback instead of generated. :func:`assert_same_as_single` compares with the
 1-process run:
 
-- the advantages (batch-std normalization with the global std), and those REINFORCE++ and
-  REINFORCE++-baseline compute on the same batch with their global whitening statistics;
+- the advantages (batch-std normalization with the global std), and those REINFORCE++,
+  REINFORCE++-baseline and the KL-shaped REINFORCE++ (per token) compute on the same batch with
+  their global whitening statistics;
 - the logged loss values, the global grad norm of each optimizer step;
 - the tokens the global-batch selections pick (:data:`MODE_TECHNIQUES`): the high-entropy tokens and
   Clip-Cov's seeded draw (``seq-mean-token-mean``), KL-Cov's top covariances (``seq-mean-token-sum``);
@@ -60,6 +61,10 @@ MODE_TECHNIQUES = {  # mode -> [(lite_ppo.callbacks class, init args)]
 # one sum over micro-batches). Advantages use float64 statistics of identical rewards: exact up to
 # the float32 cast.
 ADV_ATOL = 1e-6
+# The KL-shaped REINFORCE++ advantages read log-probs of the weights *after* the update, which ZeRO-3
+# reproduces to DELTA_RTOL (below), not bitwise: measured 2.4e-6 there (DDP: within ADV_ATOL). Whitening
+# with one rank's statistics instead of the global ones would be off by ~0.1-1.
+SHAPED_ATOL = 1e-4
 # Losses, grad norms and diagnostics are sums of ~100 float32 terms: 1e-5 relative (measured:
 # <= 1.2e-7 absolute on values of order 0.1-1).
 STAT_RTOL, STAT_ATOL = 1e-5, 1e-6
@@ -207,6 +212,16 @@ def _worker(args) -> None:
                 advantages = ReinforcePlusPlus(group_baseline=baseline).compute_advantages(trainer, module, batch)
                 logged = module.step_metrics.compute(Ranks(trainer))
                 self.reinforce_pp[baseline] = (advantages.cpu(), {k: v.cpu() for k, v in logged.items()})
+            # The KL-shaped return: per-token advantages whitened over every rank's response tokens,
+            # the KL to the initial weights (the policy has taken its optimizer steps by now). This
+            # rank's tokens, flattened row-major: in rank order they are the 1-process flattening.
+            shaped = ReinforcePlusPlus(kl_coef=0.5)
+            shaped.on_fit_start(trainer, module)
+            advantages = shaped.compute_advantages(trainer, module, batch)
+            logged = module.step_metrics.compute(Ranks(trainer))
+            shaped.on_fit_end(trainer, module)
+            tokens = advantages[batch.response_mask.bool()].cpu()
+            self.reinforce_pp["kl_shaped"] = (tokens, {k: v.cpu() for k, v in logged.items()})
             self.stats = {k: torch.as_tensor(v).detach().float().cpu().clone() for k, v in stats.scalars.items()}
             # The token selections, flattened over this rank's loss tokens (row-major: concatenated
             # in rank order they are the 1-process flattening).
@@ -425,9 +440,13 @@ def assert_same_as_single(
     measured["advantages_max_abs"] = (adv - ref["advantages"]).abs().max().item()
     # REINFORCE++ and REINFORCE++-baseline: the same advantages and global whitening statistics
     for baseline, (want, want_stats) in ref["reinforce_pp"].items():
+        shaped = baseline == "kl_shaped"
         got = torch.cat([r["reinforce_pp"][baseline][0] for r in multi])
-        torch.testing.assert_close(got, want, atol=ADV_ATOL, rtol=0)
-        assert set(want_stats) == {"reinforce_pp/return_mean", "reinforce_pp/return_std"}, want_stats
+        torch.testing.assert_close(got, want, atol=SHAPED_ATOL if shaped else ADV_ATOL, rtol=0)
+        kl_tag = {"reinforce_pp/ref_kl"} if shaped else set()
+        assert set(want_stats) == {"reinforce_pp/return_mean", "reinforce_pp/return_std", *kl_tag}, want_stats
+        if shaped:  # the policy moved: the KL shapes the returns, so tokens of one response differ
+            assert float(want_stats["reinforce_pp/ref_kl"]) != 0 and len(set(want.tolist())) > 4
         for r in multi:
             torch.testing.assert_close(r["reinforce_pp"][baseline][1], want_stats, rtol=STAT_RTOL, atol=STAT_ATOL)
         measured[f"reinforce_pp_baseline={baseline}_max_abs"] = (got - want).abs().max().item()

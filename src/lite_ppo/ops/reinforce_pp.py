@@ -15,9 +15,14 @@ counting w_i times. verl (``compute_reinforce_plus_plus_outcome_advantage``,
 mask, eps = 1e-8 inside the square root) whitens over response *tokens*: w_i = L_i, the response's
 length. w_i = 1 gives the per-response statistics.
 
-The KL-shaped return of the paper (a per-token -beta * KL_t added to the reward, so that G_{i,t}
-differs per token) needs per-token advantages, which this outcome form does not produce; use a KL
-loss (``KLPenalty``) instead.
+KL-shaped return (the paper's form): every response token also earns -beta * KL_t, KL_t an estimate
+of log pi_old(o_t) - log pi_ref(o_t) at that token, so with discount 1 the return of token t is
+
+    G_{i,t} = x_i - beta * sum_{u >= t} KL_{i,u}                          (:func:`kl_shaped_returns`)
+
+and the advantages are per token: A_{i,t} = (G_{i,t} - mu) / sqrt(sigma^2 + eps), mu and sigma over
+every response token of the batch (verl's ``masked_whiten``; OpenRLHF's REINFORCE++ with the KL in
+the reward). beta = 0 gives back the token-weighted outcome form above.
 """
 
 from __future__ import annotations
@@ -85,3 +90,24 @@ def reinforce_pp_advantages(
     """
     x = group_baseline_residuals(rewards, group_ids) if group_baseline else rewards.double()
     return whitened(x, weights, eps, stats)
+
+
+def kl_shaped_returns(x: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, beta: float) -> torch.Tensor:
+    """G_{i,t} = x_i - beta * sum_{u >= t} KL_{i,u}: the return of every response token when each
+    token earns -beta * KL_t and the response's (baselined) outcome x_i comes at its end, discount 1.
+    [B, R] float64, 0 off ``mask``.
+
+    Args:
+        x: [B] the outcome part of the return (r_i, or r_i minus its group's mean reward).
+        kl: [B, R] the per-token KL estimate (its padding is ignored).
+        mask: [B, R] 0/1, the response tokens.
+        beta: the KL coefficient.
+
+    Example:
+        >>> kl = torch.tensor([[0.1, 0.2, 0.3]])
+        >>> kl_shaped_returns(torch.tensor([1.0]), kl, torch.tensor([[1, 1, 0]]), beta=1.0)
+        tensor([[0.7000, 0.8000, 0.0000]], dtype=torch.float64)
+    """
+    m = mask.double()
+    to_go = (kl.double() * m).flip(-1).cumsum(-1).flip(-1)  # sum over u >= t of the response's KL
+    return (x.double().unsqueeze(-1) - beta * to_go) * m

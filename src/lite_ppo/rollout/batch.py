@@ -28,7 +28,8 @@ class RolloutBatch:
       shaping edits ``rewards``, never this, so it is what techniques and diagnostics that ask
       "was this response right?" read. A batch built without a verifier verdict (tests, hand-made
       batches) counts ``rewards > 0.5`` as correct.
-    - ``advantages`` [B] (one value per response) once an estimator has run.
+    - ``advantages`` [B] (one value per response) once an estimator has run, or [B, R] (one per
+      token, 0 off the response) from an estimator with ``per_token_advantages``.
     - ``old_logprobs`` [B, R]: log pi_old of the sampled tokens, computed once by the module.
     - ``engine_logprobs`` [B, R] or None: the rollout engine's own log-probs, for drift diagnostics.
     - ``token_weights`` [B, R] or None: per-token weights multiplying the surrogate loss (e.g. a

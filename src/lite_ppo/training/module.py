@@ -326,6 +326,14 @@ class LitePPO(LightningModule):
         techniques = techniques_of(self.trainer)
         metrics = self.step_metrics
         advantages = self._estimator.compute_advantages(self.trainer, self, rollout).to(torch.float32)
+        expected = (
+            tuple(rollout.response_mask.shape) if self._estimator.per_token_advantages else (rollout.num_responses,)
+        )
+        if tuple(advantages.shape) != expected:
+            raise RuntimeError(
+                f"{type(self._estimator).__name__}.compute_advantages returned shape {tuple(advantages.shape)}, "
+                f"expected {expected} (per_token_advantages={self._estimator.per_token_advantages})"
+            )
         rollout = replace(rollout, advantages=advantages)
         masks = [t.loss_mask(self.trainer, self, rollout, metrics) for t in techniques]
         rollout = replace(rollout, loss_mask=_product(rollout.loss_mask, masks))
@@ -354,7 +362,10 @@ class LitePPO(LightningModule):
         metrics.mean(names.OLD_LOGPROB_SECONDS, old_logprob_s, 1)
         metrics.mean(names.UPDATE_SECONDS, train_s, 1)
         metrics.mean(names.UPDATE_TOKENS_PER_SECOND, rollout.attention_mask.sum() / max(train_s, 1e-9), 1)
-        metrics.mean(names.ADVANTAGE_NONZERO, (rollout.advantages.abs() > 1e-8).sum(), rollout.num_responses)
+        nonzero = rollout.advantages.abs() > 1e-8
+        if nonzero.dim() == 2:  # per-token advantages: a response counts when any of its tokens has one
+            nonzero = (nonzero & rollout.response_mask.bool()).any(-1)
+        metrics.mean(names.ADVANTAGE_NONZERO, nonzero.sum(), rollout.num_responses)
         scalars = metrics.compute(Ranks(self._trainer))
         stats = _update_stats(scalars)
         for technique in techniques:
