@@ -46,6 +46,28 @@ def test_two_ddp_ranks_equal_one_process(tmp_path, tiny_model_path, single_resul
             assert all(micro == steps[step] for step, micro in rank["allreduce_at"]), rank["allreduce_at"]
 
 
+@pytest.mark.slow
+def test_lora_two_ddp_ranks_equal_one_process(tmp_path, tiny_model_path):
+    """LoRA under DDP: only the adapters have gradients, DDP all-reduces them, and two ranks compute
+    what one process computes on the same global batch (advantages, statistics, the adapters' first
+    gradient and their updates after two optimizer steps); the frozen base stays bit-identical in both.
+    The KL-shaped REINFORCE++ the worker also computes scores its reference with the adapters off."""
+    mode = "token-mean"
+    launch("single", tmp_path / "single", tiny_model_path, modes=(mode,), lora=True)
+    launch("ddp", tmp_path / "ddp", tiny_model_path, modes=(mode,), lora=True)
+    single, multi = load_results(tmp_path / "single", mode), load_results(tmp_path / "ddp", mode)
+    w0 = single[0]["initial"]
+    adapters = {name for name in w0 if "lora_" in name}
+    assert adapters and set(single[0]["grads"]) == {name for name in single[0]["grads"] if "lora_" in name}
+    assert all(torch.equal(multi[0]["initial"][name], w0[name]) for name in w0)  # the same start
+    measured = assert_same_as_single(multi, single, w0)
+    print("lora", {k: f"{v:.3g}" for k, v in measured.items() if not k.startswith("stat:")})
+    for results in (single, multi):
+        final = results[0]["weights"]
+        assert all(torch.equal(final[name], w0[name]) for name in w0 if name not in adapters)
+        assert any(not torch.equal(final[name], w0[name]) for name in adapters)
+
+
 def test_rank_shares_keep_groups_whole(tiny_model_path):
     """Ranks split the global batch by *prompts* (the data module), each rank generates all G
     responses of its prompts, so a group never straddles ranks; the shares rebuild the global batch."""

@@ -180,6 +180,8 @@ def _worker(args) -> None:
             return {}
 
         def on_train_start(self, trainer, module):
+            if args.lora:  # the starting weights (the adapters are random): what the updates are measured from
+                self.initial = {n: t.float().clone() for n, t in iter_gathered_state(module.policy, copy=True)}
             # Lightning registers DDP communication hooks on CUDA only: register one here.
             if isinstance(trainer.strategy.model, torch.nn.parallel.DistributedDataParallel):
                 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -199,6 +201,8 @@ def _worker(args) -> None:
 
             self.grads = {}
             for name, p in module.policy.named_parameters():
+                if not p.requires_grad:  # LoRA: the frozen base has no gradient
+                    continue
                 grad = safe_get_full_grad(p) if hasattr(p, "ds_id") else p.grad
                 self.grads[name] = grad.detach().float().cpu().clone().reshape(getattr(p, "ds_shape", p.shape))
 
@@ -271,8 +275,11 @@ def _worker(args) -> None:
                 *(getattr(callbacks, name)(**kwargs) for name, kwargs in MODE_TECHNIQUES.get(mode, [])),
             ],
         )
+        if args.lora:
+            torch.manual_seed(0)  # the adapters' random start: the same in 1 and 2 processes
         module = LitePPO(
             model_path=args.model,
+            lora={"r": 4, "alpha": 8} if args.lora else None,
             lr=1e-3,
             num_mini_batches=2,
             micro_batch_size=2,
@@ -310,6 +317,7 @@ def _worker(args) -> None:
         if rank == 0:
             result["weights"] = weights
             result["grads"] = record.grads
+            result["initial"] = getattr(record, "initial", None)
         torch.save(result, out / mode / f"rank{rank}.pt")
         del trainer, module
 
@@ -324,6 +332,7 @@ def main() -> None:
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--gather-bucket", type=int, default=0, help="zero3: also measure the bucketed gather")
     parser.add_argument("--offload-optimizer", action="store_true", help="zero3: offload optimizer states to the CPU")
+    parser.add_argument("--lora", action="store_true", help="train LoRA adapters (r 4) on the frozen tiny model")
     _worker(parser.parse_args())
     exit_without_finalizing(0)
 
@@ -365,6 +374,7 @@ def launch(
     gradient_checkpointing: bool = False,
     gather_bucket: int = 0,
     timeout: int = 300,
+    lora: bool = False,
 ) -> None:
     """Run the worker in 1 process (``single``) or 2 gloo processes under torchrun."""
     cmd = [sys.executable]
@@ -387,6 +397,8 @@ def launch(
         cmd += ["--gradient-checkpointing"]
     if gather_bucket:
         cmd += ["--gather-bucket", str(gather_bucket)]
+    if lora:
+        cmd += ["--lora"]
     proc = subprocess.run(cmd, env=worker_env(), cwd=REPO, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(
