@@ -362,6 +362,11 @@ def worker_env() -> dict[str, str]:
         PYTHONWARNINGS="ignore",
     )
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(TESTS), env.get("PYTHONPATH", "")])
+    # A test that called seed_everything leaves PL_GLOBAL_SEED in this process's environment; Lightning's
+    # DDP workers re-seed from it at setup (a single process does not), which would give the 2 ranks
+    # other random LoRA adapters than the 1-process run. The workers seed themselves.
+    for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS"):
+        env.pop(name, None)
     return env
 
 
