@@ -62,8 +62,8 @@ MODE_TECHNIQUES = {  # mode -> [(lite_ppo.callbacks class, init args)]
 # the float32 cast.
 ADV_ATOL = 1e-6
 # The KL-shaped REINFORCE++ advantages read log-probs of the weights *after* the update, which ZeRO-3
-# reproduces to DELTA_RTOL (below), not bitwise: measured 2.4e-6 there (DDP: within ADV_ATOL). Whitening
-# with one rank's statistics instead of the global ones would be off by ~0.1-1.
+# reproduces to DELTA_RTOL (below), not bitwise (measured: docs/benchmarks.md, "Equivalence tolerances";
+# DDP: within ADV_ATOL). Whitening with one rank's statistics instead of the global ones is off by ~0.1-1.
 SHAPED_ATOL = 1e-4
 # Losses, grad norms and diagnostics are sums of ~100 float32 terms: 1e-5 relative (measured:
 # <= 1.2e-7 absolute on values of order 0.1-1).
