@@ -3,8 +3,9 @@
 
 The counting is independent of how the module batches its work (fixed-count or token-budget
 micro-batches, shared-prompt packing, chunked log-probs): a forward pre-hook on the policy's
-decoder (``policy.base_model``, which every forward of the policy passes through, also one that
-computes hidden states and scores them chunk-wise) sees each forward's inputs:
+decoder (``policy.get_decoder()``, which every forward of the policy passes through, also one that
+computes hidden states and scores them chunk-wise, and with LoRA adapters too) sees each forward's
+inputs:
 
 - *processed* tokens: the positions of ``input_ids`` (batch x length, padding included): what the
   matmuls run over;
@@ -54,7 +55,9 @@ class StepMeter(Callback):
     def on_fit_start(self, trainer, pl_module) -> None:
         RECORDS.clear()
         policy = pl_module.policy
-        decoder = getattr(policy, "base_model", None) or policy
+        # get_decoder: the transformer stack, also under peft's wrapper (whose base_model is the tuner,
+        # which the module's chunked scoring bypasses).
+        decoder = policy.get_decoder() if hasattr(policy, "get_decoder") else getattr(policy, "base_model", policy)
         MODEL_INFO.clear()
         MODEL_INFO.update(
             params=sum(

@@ -4,7 +4,8 @@ Checked against independent expectations:
 - one update equals a hand-built peft model trained for one SGD step by the same loss, written out
   here (adapters to float rounding; the frozen base bit for bit, and absent from the optimizer);
 - the merged weights an engine receives give the trainer's log-probs when loaded into a plain
-  model of the base architecture, and the HF engine generates with the adapters;
+  model of the base architecture, vLLM gives them after either sync (merged weights, or the
+  adapters through its own LoRA layers), and the HF engine generates with the adapters;
 - the KL reference with the adapters off is exactly a separately loaded base model;
 - bad settings stop in one line before any weights load (values at construction, target modules
   from the architecture built on the meta device);
@@ -219,11 +220,14 @@ def test_hf_engine_generates_with_the_adapters(tiny_model_path):
 # Not marked numerics, as no vLLM test is: vLLM compiles its CPU kernels with inductor, which fails
 # under ATEN_CPU_CAPABILITY=default (make test-numerics' scalar level); make test runs it natively.
 @pytest.mark.vllm
-def test_vllm_engine_synced_from_a_lora_policy_reports_the_trainers_logprobs(tiny_model_path):
-    """vLLM runs the base architecture; after a sync of the merged weights its log-probs of its own
-    samples are the peft policy's ``log_softmax(logits / T)`` (tolerance: tests/test_vllm_engine.py's
-    LOGPROB_ATOL, float32 kernel rounding ~1e-6 on this model). Before the sync it holds the base
-    model, which the adapters move far more (the negative control)."""
+@pytest.mark.parametrize("lora_sync", ["merged", "adapter"])
+def test_vllm_engine_synced_from_a_lora_policy_reports_the_trainers_logprobs(tiny_model_path, lora_sync):
+    """After a sync, of the merged weights into the base architecture or of the adapters into vLLM's
+    LoRA layers, the engine's log-probs of its own samples are the peft policy's
+    ``log_softmax(logits / T)`` (tolerance: tests/test_vllm_engine.py's LOGPROB_ATOL, float32 kernel
+    rounding ~1e-6 on this model). Before the sync it holds the base model, which the adapters move
+    far more (the negative control). A second sync after the adapters moved again replaces the
+    first adapters (the engine follows the policy, not its first state)."""
     pytest.importorskip("vllm")
     from lite_ppo.rollout import SamplingConfig
     from lite_ppo.rollout.vllm import VLLMEngine
@@ -234,7 +238,9 @@ def test_vllm_engine_synced_from_a_lora_policy_reports_the_trainers_logprobs(tin
             if "lora_B" in name:
                 param.mul_(20)
     policy = module.policy.eval()
-    engine = VLLMEngine(dtype="float32", kv_cache_space_gib=0.25, max_model_len=256, sync_bucket_bytes=256 * 1024)
+    engine = VLLMEngine(
+        dtype="float32", kv_cache_space_gib=0.25, max_model_len=256, sync_bucket_bytes=256 * 1024, lora_sync=lora_sync
+    )
     engine.setup(policy, module.tokenizer, tiny_model_path)
     try:
         prompts = [module.tokenizer.encode(p) for p in ("What is 3 + 4?", "Compute 25 - 17.", "Hello there")]
@@ -253,12 +259,20 @@ def test_vllm_engine_synced_from_a_lora_policy_reports_the_trainers_logprobs(tin
 
         stale = worst_gap(engine.generate(prompts, sampling, seed=11))
         engine.sync_weights(policy)
-        assert engine.last_sync_buckets > 1
+        # merged: the tiny model's blocks in several buckets; adapter: one folder loaded at once
+        assert engine.last_sync_buckets > 1 if lora_sync == "merged" else engine.last_sync_buckets == 1
         synced = worst_gap(engine.generate(prompts, sampling, seed=11))
+        with torch.no_grad():
+            for name, param in policy.named_parameters():
+                if "lora_A" in name:
+                    param.mul_(-1.5)
+        moved = worst_gap(engine.generate(prompts, sampling, seed=11))
+        engine.sync_weights(policy)
+        resynced = worst_gap(engine.generate(prompts, sampling, seed=11))
     finally:
         engine.close()
-    assert synced < 1e-4, synced
-    assert stale > 1e-2, stale
+    assert synced < 1e-4 and resynced < 1e-4, (synced, resynced)
+    assert stale > 1e-2 and moved > 1e-2, (stale, moved)
 
 
 # -- the KL reference ---------------------------------------------------------------------------------------
@@ -466,9 +480,10 @@ class AlternatingReward(Technique):
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_fit_with_vllm_and_lora_keeps_the_engine_logprob_drift_at_rounding(tmp_path):
+@pytest.mark.parametrize("lora_sync", ["merged", "adapter"])
+def test_fit_with_vllm_and_lora_keeps_the_engine_logprob_drift_at_rounding(tmp_path, lora_sync):
     """2 rollout steps through the CLI (vLLM engine, LoRA, ``old_logprobs: engine``): at each step the
-    engine's log-probs, synced from the merged weights, match the trainer's within the module's
+    engine's log-probs, synced as merged weights or as adapters, match the trainer's within the module's
     ``engine_logprob_tolerance`` (1e-3), so every step uses them; the second step's rollout comes
     after two optimizer steps that moved the adapters (the sync is not vacuous)."""
     pytest.importorskip("vllm")
@@ -489,6 +504,7 @@ def test_fit_with_vllm_and_lora_keeps_the_engine_logprob_drift_at_rounding(tmp_p
             "--trainer.limit_val_batches=0",
             "--rollout.engine.init_args.kv_cache_space_gib=0.25",
             "--rollout.engine.init_args.max_model_len=256",
+            f"--rollout.engine.init_args.lora_sync={lora_sync}",
         ]  # fmt: skip
     )
     scalars = {tag: [v for _, v in sorted(values)] for tag, values in read_scalars(tmp_path / "tb").items()}

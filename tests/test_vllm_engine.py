@@ -454,3 +454,44 @@ def test_temperature_scales_the_model_logit_scale_kept_by_the_engine(monkeypatch
         factor = 1.0 if temperature is None else 1.0 / temperature
         assert [p.scale for p in processors] == [0.5 * factor, 2.0 * factor]
     assert all(not k.startswith("_lite_ppo") for p in processors for k in vars(p))
+
+
+def test_lora_rank_rounds_up_to_a_rank_vllm_accepts():
+    """``max_lora_rank`` must be one of vLLM's own allowed ranks (read from vLLM, not from the engine):
+    the smallest of them that holds the policy's rank; above vLLM's largest, a one-line refusal."""
+    import typing
+
+    from vllm.config.lora import MaxLoRARanks
+
+    from lite_ppo.errors import UserError
+    from lite_ppo.rollout.vllm import vllm_lora_rank
+
+    allowed = sorted(typing.get_args(MaxLoRARanks))
+    for rank in range(1, allowed[-1] + 1):
+        assert vllm_lora_rank(rank) == min(a for a in allowed if a >= rank), rank
+    with pytest.raises(UserError, match=r"model.lora.r=513: .*lora_sync: merged"):
+        vllm_lora_rank(allowed[-1] + 1)
+
+
+def test_lora_sync_adapter_builds_vllm_with_lora_only_for_a_lora_policy(tiny_model_path):
+    """``lora_sync: adapter`` asks vLLM for LoRA layers of the policy's (rounded) rank when the policy
+    has adapters, and builds a plain engine otherwise; ``enable_lora`` is the engine's own setting,
+    refused in engine_args; an unknown ``lora_sync`` is refused at construction."""
+    from lite_ppo.errors import UserError
+    from lite_ppo.models.loading import load_causal_lm
+    from lite_ppo.models.lora import LoraSettings
+    from lite_ppo.rollout.vllm import _adapter_rank
+
+    base = load_causal_lm(tiny_model_path, torch.float32)
+    policy = LoraSettings(r=4, alpha=8, target_modules=("q_proj",)).wrap(base)
+    engine = VLLMEngine(lora_sync="adapter", kv_cache_space_gib=0.25)
+    engine._lora_rank = 4  # what setup reads from this policy
+    assert _adapter_rank(policy) == 4 and _adapter_rank(policy.get_base_model()) is None
+    kwargs = engine._llm_kwargs(tiny_model_path)
+    assert (kwargs["enable_lora"], kwargs["max_lora_rank"], kwargs["max_loras"]) == (True, 8, 1)
+    engine._lora_rank = None
+    assert "enable_lora" not in engine._llm_kwargs(tiny_model_path)
+    with pytest.raises(UserError, match="enable_lora"):
+        VLLMEngine(engine_args={"enable_lora": True})
+    with pytest.raises(ValueError, match="lora_sync must be 'merged' or 'adapter'"):
+        VLLMEngine(lora_sync="both")

