@@ -58,40 +58,39 @@ MODES = ("full", "lora")
 BASE = "builtin:smollm2-135m-instruct"
 
 
-def prepare(size: str, models_dir: Path) -> dict:
+def prepare(size: str, models_dir: Path, build: bool = True) -> dict:
     """The model path of ``size`` (the shipped 135M, or a random-weight folder of the larger shape,
-    built once) and its parameter count (tied embeddings once). Runs in a child process
-    (``--prepare``): the driver stays small, so its memory never shows in a measured process's peak
-    (a forked child's peak RSS starts at its parent's, and survives ``exec``)."""
+    built once when ``build``) and its parameter count (tied embeddings once, from the shape alone).
+    Runs in a child process (``--prepare``): the driver stays small, so its memory never shows in a
+    measured process's peak (a forked child's peak RSS starts at its parent's, and survives ``exec``)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from lite_ppo.models.registry import resolve_model
 
-    path = BASE
-    if SHAPES[size] is not None:
-        folder = models_dir / f"llama-{size}-random"
-        path = str(folder)
-        if not (folder / "config.json").exists():
-            config = AutoConfig.from_pretrained(resolve_model(BASE))
-            for key, value in SHAPES[size].items():
-                setattr(config, key, value)
-            print(f"bench_lora_memory: building {folder} (random weights, float32)", file=sys.stderr, flush=True)
-            torch.manual_seed(0)
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-            staging = folder.with_name(folder.name + ".partial")
-            model.save_pretrained(staging)
-            AutoTokenizer.from_pretrained(resolve_model(BASE)).save_pretrained(staging)
-            del model
-            staging.rename(folder)  # complete or absent: an interrupted build is redone
+    config = AutoConfig.from_pretrained(resolve_model(BASE))
+    for key, value in (SHAPES[size] or {}).items():
+        setattr(config, key, value)
+    path = BASE if SHAPES[size] is None else str(models_dir / f"llama-{size}-random")
+    if build and SHAPES[size] is not None and not (Path(path) / "config.json").exists():
+        print(f"bench_lora_memory: building {path} (random weights, float32)", file=sys.stderr, flush=True)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        staging = Path(path + ".partial")
+        model.save_pretrained(staging)
+        AutoTokenizer.from_pretrained(resolve_model(BASE)).save_pretrained(staging)
+        del model
+        staging.rename(path)  # complete or absent: an interrupted build is redone
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(resolve_model(path)))
+        model = AutoModelForCausalLM.from_config(config)
     return {"path": path, "params": sum(p.numel() for p in model.parameters())}
 
 
-def prepared(size: str, models_dir: Path) -> dict:
+def prepared(size: str, models_dir: Path, build: bool) -> dict:
     """:func:`prepare` in a child process."""
     command = [sys.executable, __file__, "--prepare", size, "--models-dir", str(models_dir)]
+    if not build:
+        command.append("--report-only")
     out = subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -215,12 +214,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--again", action="store_true", help="run sizes already in --json again (their runs add up)")
     args = parser.parse_args(argv)
     if args.prepare:
-        print(json.dumps(prepare(args.prepare, args.models_dir)))
+        print(json.dumps(prepare(args.prepare, args.models_dir, build=not args.report_only)))
         return
     budget = args.budget_gib if args.budget_gib is not None else default_budget_gib()
     sizes = sorted(args.sizes, key=list(SHAPES).index)  # smallest first: they predict the larger ones
 
-    models = {size: prepared(size, args.models_dir) for size in sizes}
+    models = {size: prepared(size, args.models_dir, build=not args.report_only) for size in sizes}
     paths = {size: m["path"] for size, m in models.items()}
     params = {size: m["params"] for size, m in models.items()}
     if not args.report_only:

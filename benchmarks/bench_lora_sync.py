@@ -7,8 +7,9 @@ policy's.
     python benchmarks/bench_lora_sync.py --modes adapter --prompts 8 --n 8 --max-new-tokens 128
 
 The policy is the model with peft adapters (``configs/lora.yaml``'s targets, rank ``--rank``, alpha
-2 x rank), their ``B`` set to random non-zero values as training would leave them. For each mode in
-turn (one float32 engine each, built in this process, closed before the next) it prints:
+2 x rank), their ``B`` set to random non-zero values (peft starts them at 0, where both modes are
+trivially exact). For each mode in turn (one float32 engine each, built in this process, closed
+before the next) it prints:
 
 - ``sync s``: ``VLLMEngine.sync_weights`` (median of ``--syncs``; the adapters move before each):
   ``merged`` sends ``W + scale * B @ A`` under the base names, ``adapter`` writes the adapters to a
@@ -48,7 +49,7 @@ def lora_policy(model_path: str, rank: int, seed: int):
 
 @torch.no_grad()
 def move_adapters(policy: torch.nn.Module, seed: int) -> None:
-    """Random adapters, ``B`` at a scale that moves the log-probs by about what training does."""
+    """Random non-zero adapters: ``B`` drawn at scale 0.01 (``A`` keeps peft's initialisation)."""
     generator = torch.Generator().manual_seed(seed)
     for name, param in policy.named_parameters():
         if "lora_B" in name:

@@ -457,8 +457,8 @@ def test_temperature_scales_the_model_logit_scale_kept_by_the_engine(monkeypatch
 
 
 def test_lora_rank_rounds_up_to_a_rank_vllm_accepts():
-    """``max_lora_rank`` must be one of vLLM's own allowed ranks (read from vLLM, not from the engine):
-    the smallest of them that holds the policy's rank; above vLLM's largest, a one-line refusal."""
+    """``max_lora_rank`` is the smallest of vLLM's allowed ranks that holds the policy's rank (every
+    rank up to vLLM's largest); above it, a one-line refusal that names the other sync."""
     import typing
 
     from vllm.config.lora import MaxLoRARanks
@@ -466,31 +466,62 @@ def test_lora_rank_rounds_up_to_a_rank_vllm_accepts():
     from lite_ppo.errors import UserError
     from lite_ppo.rollout.vllm import vllm_lora_rank
 
-    allowed = sorted(typing.get_args(MaxLoRARanks))
-    for rank in range(1, allowed[-1] + 1):
-        assert vllm_lora_rank(rank) == min(a for a in allowed if a >= rank), rank
-    with pytest.raises(UserError, match=r"model.lora.r=513: .*lora_sync: merged"):
-        vllm_lora_rank(allowed[-1] + 1)
+    allowed = set(typing.get_args(MaxLoRARanks))
+    largest = max(allowed)
+    for rank in range(1, largest + 1):
+        got = vllm_lora_rank(rank)
+        assert got in allowed and got >= rank, rank
+        assert not any(rank <= a < got for a in allowed), rank  # no smaller allowed rank would do
+    with pytest.raises(UserError, match=rf"model.lora.r={largest + 1}: .*lora_sync: merged"):
+        vllm_lora_rank(largest + 1)
 
 
-def test_lora_sync_adapter_builds_vllm_with_lora_only_for_a_lora_policy(tiny_model_path):
-    """``lora_sync: adapter`` asks vLLM for LoRA layers of the policy's (rounded) rank when the policy
-    has adapters, and builds a plain engine otherwise; ``enable_lora`` is the engine's own setting,
-    refused in engine_args; an unknown ``lora_sync`` is refused at construction."""
+def test_lora_sync_adapter_builds_vllm_with_lora_of_the_policys_rank(tiny_model_path, monkeypatch):
+    """``setup`` with ``lora_sync: adapter`` reads the rank of the policy's adapters and builds vLLM
+    (a recording stand-in here) with LoRA layers of that rank rounded up (4 -> 8) and one adapter
+    slot, plus a folder for the adapters that ``close`` removes; with ``merged``, or a policy without
+    adapters, a plain engine. ``enable_lora`` is the engine's own setting, refused in engine_args;
+    an unknown ``lora_sync`` is refused at construction."""
+    import os
+    import types
+
+    import vllm
+
     from lite_ppo.errors import UserError
     from lite_ppo.models.loading import load_causal_lm
     from lite_ppo.models.lora import LoraSettings
-    from lite_ppo.rollout.vllm import _adapter_rank
 
-    base = load_causal_lm(tiny_model_path, torch.float32)
-    policy = LoraSettings(r=4, alpha=8, target_modules=("q_proj",)).wrap(base)
-    engine = VLLMEngine(lora_sync="adapter", kv_cache_space_gib=0.25)
-    engine._lora_rank = 4  # what setup reads from this policy
-    assert _adapter_rank(policy) == 4 and _adapter_rank(policy.get_base_model()) is None
-    kwargs = engine._llm_kwargs(tiny_model_path)
-    assert (kwargs["enable_lora"], kwargs["max_lora_rank"], kwargs["max_loras"]) == (True, 8, 1)
-    engine._lora_rank = None
-    assert "enable_lora" not in engine._llm_kwargs(tiny_model_path)
+    built: list[dict] = []
+
+    class FakeLLM:
+        def __init__(self, **kwargs):
+            built.append(kwargs)
+            self.llm_engine = types.SimpleNamespace(model_config=types.SimpleNamespace(dtype=torch.float32))
+
+        def apply_model(self, func):
+            return [func(torch.nn.Module())]
+
+    for name in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE", "VLLM_LOGGING_LEVEL"):
+        monkeypatch.delenv(name, raising=False)  # restored after the test: setup() sets them
+    monkeypatch.setattr(vllm, "LLM", FakeLLM)
+    lora_policy = LoraSettings(r=4, alpha=8, target_modules=("q_proj",)).wrap(load_causal_lm(tiny_model_path))
+    tokenizer = types.SimpleNamespace(eos_token_id=0)
+    for lora_sync, policy, wants_lora in [
+        ("adapter", lora_policy, True),
+        ("merged", lora_policy, False),
+        ("adapter", torch.nn.Linear(2, 2), False),
+    ]:
+        engine = VLLMEngine(lora_sync=lora_sync, logprobs_mode="raw_logprobs", log_level=None)
+        engine.setup(policy, tokenizer, "unused")
+        kwargs, folder = built[-1], engine._adapter_dir
+        existed = folder is not None and os.path.isdir(folder)
+        engine.close()
+        if wants_lora:
+            assert (kwargs["enable_lora"], kwargs["max_lora_rank"], kwargs["max_loras"]) == (True, 8, 1)
+            assert existed and not os.path.exists(folder)
+        else:
+            assert not {"enable_lora", "max_lora_rank", "max_loras"} & set(kwargs), (lora_sync, kwargs)
+            assert folder is None
     with pytest.raises(UserError, match="enable_lora"):
         VLLMEngine(engine_args={"enable_lora": True})
     with pytest.raises(ValueError, match="lora_sync must be 'merged' or 'adapter'"):

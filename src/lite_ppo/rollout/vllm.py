@@ -578,21 +578,22 @@ class VLLMEngine(RolloutEngine):
 
 
 # ---------------------------------------------------------------------- helpers
-# The ranks vLLM 0.32 accepts as max_lora_rank (vllm.config.lora.MaxLoRARanks).
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-
-
 def vllm_lora_rank(rank: int) -> int:
-    """The smallest ``max_lora_rank`` vLLM accepts that holds adapters of rank ``rank``.
+    """The smallest ``max_lora_rank`` vLLM accepts (its ``MaxLoRARanks``) that holds adapters of rank ``rank``.
 
     >>> vllm_lora_rank(4), vllm_lora_rank(16), vllm_lora_rank(17)
     (8, 16, 32)
     """
-    for allowed in VLLM_LORA_RANKS:
-        if allowed >= rank:
-            return allowed
+    import typing
+
+    from vllm.config.lora import MaxLoRARanks
+
+    allowed = sorted(typing.get_args(MaxLoRARanks))
+    for candidate in allowed:
+        if candidate >= rank:
+            return candidate
     raise UserError(
-        f"model.lora.r={rank}: vLLM loads adapters of rank <= {VLLM_LORA_RANKS[-1]}; use VLLMEngine lora_sync: merged"
+        f"model.lora.r={rank}: vLLM loads adapters of rank <= {allowed[-1]}; use VLLMEngine lora_sync: merged"
     )
 
 
