@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,10 @@ from lite_ppo.errors import UserError
 from lite_ppo.evaluation.benchmarks import apply_limit, load_benchmark_config, load_benchmarks, resolve_data_dir
 from lite_ppo.evaluation.metrics import flatten
 from lite_ppo.evaluation.report import comparison_table, table_columns, text_table, write_jsonl, write_report
-from lite_ppo.evaluation.results import GroupMetrics, response_records
+from lite_ppo.evaluation.results import GroupMetrics, problem_results, response_records
+from lite_ppo.strategies.ranks import Ranks
+
+HELDOUT_DIR = "heldout"  # <run folder>/heldout/step_<step>.json: per-problem held-out results
 
 
 class Evaluation(Callback):
@@ -38,7 +44,14 @@ class Evaluation(Callback):
       ``unparsed_rate``;
     - prints a benchmark x metric table (rank 0);
     - optionally writes ``metrics.json``, ``metrics.md`` and ``responses.rank<r>.jsonl`` under
-      ``output_dir/step_<global_step>``.
+      ``output_dir/step_<global_step>``;
+    - writes the held-out tiers' per-problem results to ``<run folder>/heldout/step_<step>.json``
+      (rank 0, gathered over ranks; the run folder is the logger's ``log_dir``, none without a
+      logger): ``{"step": int, "problems": [{"id": str, "tier": str, "correct": bool}, ...]}``
+      sorted by ``(tier, id)``, ``step`` being the step the ``val/<tier>/*`` scalars are logged at
+      (0: before training), ``correct`` the verifier's verdict on the greedy response, the rule of
+      ``accuracy`` (so each tier's share of ``correct`` is its ``val/<tier>/accuracy``). Written
+      only for one sample per problem (``eval_sampling.n == 1``, the default).
 
     With ``evaluate_before_training: true`` the sanity check runs the whole validation before the
     first step: it needs ``Trainer(num_sanity_val_steps=-1)``, which ``lite-ppo fit`` sets when this
@@ -114,6 +127,7 @@ class Evaluation(Callback):
         self.history: list[dict[str, Any]] = []  # {"step", "results", "tiers"} of every full validation
         self._batches_seen = 0
         self._records: list[dict[str, Any]] = []
+        self._heldout: list[dict[str, Any]] = []  # {"id", "tier", "correct"} of this rank's held-out problems
 
     # ------------------------------------------------------------------ setup
     @override
@@ -180,6 +194,7 @@ class Evaluation(Callback):
             metrics.to(device)
         self._batches_seen = 0
         self._records = []
+        self._heldout = []
 
     @override
     def on_validation_batch_end(
@@ -203,6 +218,8 @@ class Evaluation(Callback):
             metrics.update_rollout(group, problems, rollout, valid)
             if self.output_dir is not None:
                 self._records.extend(response_records(group, problems, rollout, valid=valid))
+        if "benchmark" not in batch and self.tier_metrics.num_samples == 1:
+            self._heldout.extend(problem_results(problems, rollout))
 
     @override
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -237,7 +254,18 @@ class Evaluation(Callback):
             self.before = entry
         else:
             self.history.append(entry)
+        if tiers is not None and self.tier_metrics.num_samples == 1:
+            self._write_heldout(trainer, step)
         self._report(trainer, step, results, tiers, fitting)
+
+    def _write_heldout(self, trainer: Trainer, step: int) -> None:
+        """``<log_dir>/heldout/step_<step>.json``: every rank's held-out results, written by rank 0."""
+        gathered = [row for rows in Ranks(trainer).objects(self._heldout) for row in rows]  # every rank calls
+        log_dir = trainer.log_dir if trainer.loggers else None  # every rank asks (it broadcasts rank 0's)
+        if log_dir is None or not trainer.is_global_zero:
+            return
+        rows = sorted(gathered, key=lambda row: (row["tier"], row["id"]))
+        write_json_atomic(Path(log_dir) / HELDOUT_DIR / f"step_{step}.json", {"step": int(step), "problems": rows})
 
     def _report(self, trainer: Trainer, step: int, results: dict, tiers: dict | None, fitting: bool) -> None:
         """Print this evaluation's tables (rank 0) and write its report and responses (``output_dir``)."""
@@ -307,6 +335,21 @@ class Evaluation(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.before = state_dict.get("before")
         self.history = list(state_dict.get("history", []))
+
+
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """Write ``payload`` as JSON to ``path`` through a temporary file in the same folder and
+    ``os.replace``, so a reader never sees a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            json.dump(payload, stream)
+        os.chmod(temporary, 0o644)  # mkstemp makes it private; the run's other files are readable
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def _num_batches(loaders: Any) -> int:

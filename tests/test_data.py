@@ -313,6 +313,22 @@ def test_file_held_out_is_disjoint_and_served_by_val_loader(tmp_path: Path) -> N
     assert MathDataModule(prompts_per_step=8).val_dataloader() == []
 
 
+def test_heldout_seed_fixes_the_file_split_across_data_seeds(tmp_path: Path) -> None:
+    """``heldout_seed`` chooses a file's held-out rows whatever the data seed; the training order still
+    follows the data seed and never yields a held-out row."""
+    rows = [{"id": f"r{i}", "problem": f"What is {i} + 2?", "answer": str(i + 2)} for i in range(60)]
+    path = str(write_jsonl(tmp_path / "tier.jsonl", rows))
+    fixed = [
+        MathDataModule(sources={"easy": path}, prompts_per_step=8, val_size=6, seed=s, heldout_seed=4) for s in (0, 1)
+    ]
+    assert [p.id for p in fixed[0].held_out()] == [p.id for p in fixed[1].held_out()]
+    assert [p.id for p in fixed[0].global_batch(0)] != [p.id for p in fixed[1].global_batch(0)]
+    for dm in fixed:
+        assert not {p.id for p in dm.held_out()} & {p.id for k in range(20) for p in dm.global_batch(k)}
+    follows = [MathDataModule(sources={"easy": path}, val_size=6, seed=s).held_out() for s in (0, 1)]
+    assert [p.id for p in follows[0]] != [p.id for p in follows[1]]
+
+
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_val_loader_serves_held_out_tiers_then_configured_sets_across_ranks(world: int) -> None:
     """``configure_validation``: the data module's own loader serves the held-out batches, then the

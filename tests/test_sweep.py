@@ -361,3 +361,53 @@ def test_bad_compare_args_fail_before_any_run(tmp_path, capsys):
     out = tmp_path / "runs"
     assert sweep_main(["--recipe", RECIPES[0], "--out", str(out), "--compare-args=--x furlongs"]) == 2
     assert "--compare-args" in capsys.readouterr().err and not out.exists()
+
+
+class _StubPoint:
+    """A grid point whose "fit" is a short Python process that records its thread setting and its
+    start and end times, then writes a finished run.json with the point's key (as fit would)."""
+
+    def __init__(self, point, record: Path, seconds: float) -> None:
+        self._point, self._record, self._seconds = point, record, seconds
+        self.label, self.sweep_key = point.label, point.sweep_key
+
+    def save_dir(self, out):
+        return self._point.save_dir(out)
+
+    def command(self, out, python=None):
+        import sys
+
+        run = self._point.save_dir(out) / f"seed_{self.label}"
+        script = (
+            "import json, os, pathlib, sys, time\n"
+            "start = time.time(); time.sleep(float(sys.argv[3]))\n"
+            "run = pathlib.Path(sys.argv[1]); run.mkdir(parents=True, exist_ok=True)\n"
+            "(run / 'run.json').write_text(json.dumps({'sweep_key': sys.argv[2], 'status': 'finished'}))\n"
+            "row = [os.environ.get('OMP_NUM_THREADS'), start, time.time()]\n"
+            "with open(sys.argv[4], 'a') as f: f.write(json.dumps(row) + '\\n')\n"
+        )  # fmt: skip
+        return [sys.executable, "-c", script, str(run), self.sweep_key, str(self._seconds), str(self._record)]
+
+
+def test_parallel_sweep_runs_points_side_by_side_with_their_thread_count(tmp_path):
+    """--parallel 2 --threads 1: two points at a time, each told to use one thread; all finish, and a
+    third point waits for a free slot."""
+    from lite_ppo.research.sweep import run_sweep
+
+    record = tmp_path / "record.jsonl"
+    points = [_StubPoint(p, record, 1.5) for p in expand_grid(RECIPES[:1], [0, 1, 2], [TINY])]
+    finished, ran, failed = run_sweep(points, tmp_path / "out", echo=lambda line: None, parallel=2, threads=1)
+    assert len(finished) == len(ran) == 3 and not failed
+    rows = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [threads for threads, _, _ in rows] == ["1", "1", "1"]
+    spans = sorted((start, end) for _, start, end in rows)
+    assert spans[1][0] < spans[0][1]  # the first two overlapped
+    assert spans[2][0] >= min(spans[0][1], spans[1][1]) - 0.05  # the third started once one had ended
+    # Run again: everything finished before, nothing runs.
+    finished, ran, failed = run_sweep(points, tmp_path / "out", echo=lambda line: None, parallel=2)
+    assert len(finished) == 3 and not ran
+
+
+def test_bad_parallel_is_a_user_error(tmp_path, capsys):
+    assert sweep_main(_args(tmp_path / "runs", "--parallel", "0")) == 2
+    assert "--parallel" in capsys.readouterr().err

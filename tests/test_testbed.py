@@ -75,6 +75,52 @@ def test_testbed_sources_feed_the_data_module():
         MathDataModule(sources={"easy": "testbed:expert"}).setup()
 
 
+TESTBED_SOURCES = {tier: f"testbed:{tier}" for tier in TIERS}
+
+
+def _testbed_data(seed: int, **settings) -> MathDataModule:
+    """The data section of configs/models/testbed_base.yaml (its held-out settings) at data seed ``seed``."""
+    config = yaml.safe_load((REPO / "configs/models/testbed_base.yaml").read_text())["data"]
+    return MathDataModule(**{**config, "seed": seed, **settings})
+
+
+def test_testbed_configs_hold_out_the_same_2100_problems_for_every_seed():
+    """The study configs hold out at least 600 distinct problems per tier, chosen by ``heldout_seed``
+    alone: two training seeds evaluate the same problems (ids and texts), while their training batches
+    differ; without ``heldout_seed`` the split follows the data seed, as it did before."""
+    for name in ("testbed_base", "testbed_aligned"):
+        data = yaml.safe_load((REPO / f"configs/models/{name}.yaml").read_text())["data"]
+        assert data["val_size"] >= 600 and data["heldout_seed"] == 0, name
+    first, second = _testbed_data(1), _testbed_data(2)
+    held = first.held_out()
+    assert [(p.id, p.problem) for p in held] == [(p.id, p.problem) for p in second.held_out()]
+    assert len(held) == 3 * first.val_size >= 2000
+    for tier in TIERS:
+        texts = [p.problem for p in held if p.tier == tier]
+        assert len(texts) == len(set(texts)) == first.val_size, tier
+    assert [p.problem for p in first.global_batch(0)] != [p.problem for p in second.global_batch(0)]
+    follows = [_testbed_data(seed, heldout_seed=None).held_out() for seed in (1, 2)]
+    assert {p.problem for p in follows[0]} != {p.problem for p in follows[1]}
+
+
+def test_large_held_out_split_is_never_trained_on_and_leaves_every_kind_of_easy_problem():
+    """On the easy tier (81 one-digit sums, 8,100 two-digit ones, drawn half and half) a 700-problem
+    split would hold out all 81 one-digit sums (they would fill it after ~1,400 draws) and training
+    would never see one. The split takes at most a quarter of a kind (20 of the 81), the rest of the
+    700 are two-digit sums, and a long training stream (12,800 prompts) yields no held-out text and
+    still about half one-digit sums: 0.5 * 61/81 / (1 - 0.5 * 20/81 - 0.5 * 680/8100) = 0.45 of draws."""
+    dm = _testbed_data(7, sources={"easy": "testbed:easy"}, weights={"easy": 1.0}, prompts_per_step=64)
+    held = dm.held_out()
+    held_texts = {p.problem for p in held}
+    one_digit = lambda problem: len(_operands(problem.problem)[0]) == 1  # noqa: E731
+    assert len(held_texts) == len(held) == 700
+    assert sum(map(one_digit, held)) == 81 // 4
+    trained = [p for k in range(200) for p in dm.global_batch(k)]
+    assert len(trained) == 12_800 and not held_texts & {p.problem for p in trained}
+    share = sum(map(one_digit, trained)) / len(trained)
+    assert 0.42 < share < 0.48, share  # binomial sd over 12,800 draws: 0.0044
+
+
 # ----------------------------------------------------------------------------------------- workings
 def _long_addition(numbers: list[int]) -> list[tuple[int, int]]:
     """(column sum with carry, carry out) per column, units first: schoolbook addition, written apart

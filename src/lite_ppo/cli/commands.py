@@ -92,6 +92,11 @@ COMMANDS: tuple[Command, ...] = (
         "lite_ppo.research.compare:main",
     ),
     Command(
+        "plan",
+        "seeds per cell for a target minimum detectable effect, and the wall time, from a pilot's runs",
+        "lite_ppo.research.plan:main",
+    ),
+    Command(
         "sweep",
         "run a grid of recipes x seeds (x factors), one named run each, resumable; then compare them",
         "lite_ppo.research.sweep:main",

@@ -62,10 +62,15 @@ class MathDataModule(LightningDataModule):
         prompts_per_step: prompts in one global batch (the paper: 128); must divide by the
             number of ranks.
         steps_per_epoch: batches per epoch (an epoch is only a logging/checkpoint rhythm here).
-        seed: selects the batches, the synthetic problems and the held-out split. Default: the
-            run's ``seed_everything`` (``lite_ppo.data.seeding.run_seed``), read when first needed.
+        seed: selects the batches, the synthetic problems and (unless ``heldout_seed`` is set) the
+            held-out split. Default: the run's ``seed_everything``
+            (``lite_ppo.data.seeding.run_seed``), read when first needed.
         val_size: problems held out per tier for validation (0: no validation loader). They are
-            never used for training.
+            never used for training: a training draw whose text is held out is redrawn (synthetic
+            and testbed tiers), a file row with a held-out text is dropped.
+        heldout_seed: selects the held-out split on its own, so that every training seed is
+            evaluated on the same problems (the testbed configs set 0); None (default): the split
+            follows ``seed``, as before this option existed.
         val_batch_size: problems per validation batch (default: ``prompts_per_step``).
         data_dir: a folder of data files in the schema named like the registry's files
             (``easy.jsonl``, ``medium.jsonl``, ``hard.jsonl``); for dataset names it wins over the
@@ -92,6 +97,7 @@ class MathDataModule(LightningDataModule):
         val_size: int = 0,
         val_batch_size: int | None = None,
         data_dir: str | None = None,
+        heldout_seed: int | None = None,
     ) -> None:
         super().__init__()
         self.sources = dict(DEFAULT_SOURCES if sources is None else sources)
@@ -109,6 +115,7 @@ class MathDataModule(LightningDataModule):
         self.prompts_per_step, self.steps_per_epoch = prompts_per_step, steps_per_epoch
         self._seed = seed
         self.val_size = val_size
+        self.heldout_seed = heldout_seed
         self.val_batch_size = val_batch_size or prompts_per_step
         self.data_dir = data_dir
         self.consumed_batches = 0
@@ -133,7 +140,7 @@ class MathDataModule(LightningDataModule):
         """The tier pools, built on first use (files are read then)."""
         if self._pools is None:
             self._pools = {
-                tier: build_pool(tier, spec, self.seed, self.val_size, self.data_dir)
+                tier: build_pool(tier, spec, self.seed, self.val_size, self.data_dir, self.heldout_seed)
                 for tier, spec in self.sources.items()
             }
         return self._pools

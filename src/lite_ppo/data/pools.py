@@ -3,8 +3,8 @@
 A pool is built from a source spec: ``"synthetic:<easy|medium|hard>"``, the testbed's
 ``"testbed:<easy|medium|hard>"`` (:mod:`lite_ppo.data.testbed`), a registered dataset name
 (``"paper:easy"``, ``"paper:hard"``, ``"gsm8k"``...; :mod:`lite_ppo.data.registry`) or a data file
-path. The held-out split is drawn once from the seed, and training never yields a held-out problem
-text.
+path. The held-out split is drawn once from its seed (``heldout_seed``, else the data seed), and
+training never yields a held-out problem text.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from lite_ppo.data import registry
 from lite_ppo.data.jsonl import DataFormatError, load_problems
 from lite_ppo.data.problem import Problem
-from lite_ppo.data.synthetic import FAMILIES, TIERS, SyntheticSource, family_capacity
+from lite_ppo.data.synthetic import FAMILIES, TIERS, SyntheticSource, family_capacity, family_stratum
 
 SYNTHETIC_PREFIX = "synthetic:"
 # ``<family>:<tier>`` for every generated task family: synthetic:easy, testbed:hard, ...
@@ -41,7 +41,7 @@ class TierPool(ABC):
 
 
 class FilePool(TierPool):
-    """Rows of a data file; ``val_size`` random rows are held out.
+    """Rows of a data file; ``val_size`` random rows are held out (chosen by ``heldout_seed``, else ``seed``).
 
     Training visits rows in a seeded random order that is reshuffled every ``n`` positions
     (``n`` = number of training rows), so no row repeats within ``n`` consecutive prompt positions
@@ -54,10 +54,18 @@ class FilePool(TierPool):
         (2, True)
     """
 
-    def __init__(self, tier: str, problems: list[Problem], seed: int, val_size: int, name: str = "") -> None:
+    def __init__(
+        self,
+        tier: str,
+        problems: list[Problem],
+        seed: int,
+        val_size: int,
+        name: str = "",
+        heldout_seed: int | None = None,
+    ) -> None:
         self.tier, self.seed = tier, seed
         order = list(range(len(problems)))
-        random.Random(f"lite-ppo:heldout:{seed}:{tier}").shuffle(order)
+        random.Random(f"lite-ppo:heldout:{seed if heldout_seed is None else heldout_seed}:{tier}").shuffle(order)
         held_rows = sorted(order[:val_size])
         self._held = [problems[row] for row in held_rows]
         held_texts = {p.problem for p in self._held}
@@ -90,9 +98,14 @@ class FilePool(TierPool):
 class SyntheticPool(TierPool):
     """Generated problems: held out from the ``"heldout"`` stream, trained on the ``"train"`` stream.
 
-    The training stream excludes every held-out text; this matters for ``easy``, which has only
-    a few thousand distinct problems, so independent streams would overlap. ``family`` is the task
-    family (``"synthetic"`` or ``"testbed"``, see :class:`~lite_ppo.data.synthetic.SyntheticSource`).
+    The held-out stream is seeded by ``heldout_seed`` (None: by ``seed``, the training seed), so a
+    fixed ``heldout_seed`` gives every training seed the same held-out problems. The training stream
+    (seeded by ``seed``) excludes every held-out text; this matters for ``easy``, which has only a
+    few thousand distinct problems, so independent streams would overlap. No more than a quarter of
+    a small stratum's distinct problems is held out (:func:`~lite_ppo.data.synthetic.family_stratum`:
+    the testbed's 81 one-digit sums), so a large held-out split cannot take a whole kind of problem
+    away from training. ``family`` is the task family (``"synthetic"`` or ``"testbed"``, see
+    :class:`~lite_ppo.data.synthetic.SyntheticSource`).
 
     Example:
         >>> pool = SyntheticPool("easy", "easy", seed=42, val_size=3)
@@ -100,7 +113,15 @@ class SyntheticPool(TierPool):
         ('synthetic-easy-0', 3)
     """
 
-    def __init__(self, tier: str, difficulty: str, seed: int, val_size: int, family: str = "synthetic") -> None:
+    def __init__(
+        self,
+        tier: str,
+        difficulty: str,
+        seed: int,
+        val_size: int,
+        family: str = "synthetic",
+        heldout_seed: int | None = None,
+    ) -> None:
         self.tier = tier
         capacity = family_capacity(family, difficulty)
         if capacity is not None and val_size > capacity // 4:
@@ -108,16 +129,26 @@ class SyntheticPool(TierPool):
             raise ValueError(
                 f"sources[{tier!r}]: val_size={val_size} is too large for {family} {difficulty} (at most {limit})"
             )
-        heldout_source = SyntheticSource(difficulty, seed, stream="heldout", family=family)
+        heldout_source = SyntheticSource(
+            difficulty, seed if heldout_seed is None else heldout_seed, stream="heldout", family=family
+        )
         self._held: list[Problem] = []
         texts: set[str] = set()
+        per_stratum: dict[object, int] = {}
         index = 0
         while len(self._held) < val_size:  # distinct texts, so validation counts each problem once
             problem = heldout_source.problem(index)
             index += 1
-            if problem.problem not in texts:
-                texts.add(problem.problem)
-                self._held.append(self._retier(problem))
+            if problem.problem in texts:
+                continue
+            stratum = family_stratum(family, difficulty, problem)
+            if stratum is not None:
+                key, size = stratum
+                if per_stratum.get(key, 0) >= size // 4:  # keep most of a small stratum for training
+                    continue
+                per_stratum[key] = per_stratum.get(key, 0) + 1
+            texts.add(problem.problem)
+            self._held.append(self._retier(problem))
         self._train = SyntheticSource(difficulty, seed, stream="train", exclude=frozenset(texts), family=family)
 
     def _retier(self, problem: Problem) -> Problem:
@@ -133,7 +164,12 @@ class SyntheticPool(TierPool):
 
 
 def build_pool(
-    tier: str, spec: str, seed: int, val_size: int, data_dir: str | os.PathLike[str] | None = None
+    tier: str,
+    spec: str,
+    seed: int,
+    val_size: int,
+    data_dir: str | os.PathLike[str] | None = None,
+    heldout_seed: int | None = None,
 ) -> TierPool:
     """Make the pool for ``sources[tier] = spec``.
 
@@ -141,7 +177,8 @@ def build_pool(
         tier: the data module's name for the source.
         spec: ``"synthetic:<tier>"``, ``"testbed:<tier>"``, a registered dataset name (``"paper:hard"``)
             or a file path.
-        seed, val_size: see :class:`FilePool`.
+        seed, val_size, heldout_seed: see :class:`FilePool` and :class:`SyntheticPool` (``heldout_seed``
+            None: the held-out split follows ``seed``).
         data_dir: a folder of files in the schema that wins over the shipped / cached copies of
             registered datasets (``easy.jsonl``, ``medium.jsonl``, ``hard.jsonl``, ...).
 
@@ -159,17 +196,17 @@ def build_pool(
             if difficulty not in TIERS:
                 choices = ", ".join(prefix + t for t in TIERS)
                 raise ValueError(f"sources[{tier!r}]: unknown {family} tier {difficulty!r}; use one of {choices}")
-            return SyntheticPool(tier, difficulty, seed, val_size, family)
+            return SyntheticPool(tier, difficulty, seed, val_size, family, heldout_seed)
     if registry.is_dataset_name(spec):
         problems = _load_dataset(tier, spec, data_dir)
-        return FilePool(tier, problems, seed, val_size, name=spec)
+        return FilePool(tier, problems, seed, val_size, name=spec, heldout_seed=heldout_seed)
     path = Path(os.path.expanduser(spec))
     if not path.is_file():
         raise registry.UserError(
             f"data.sources[{tier!r}]: no such file {spec!r} (and it is not 'synthetic:<tier>', 'testbed:<tier>' "
             f"or a dataset name: {', '.join(registry.DATASETS)})"
         )
-    return FilePool(tier, load_problems(path, tier=tier), seed, val_size, name=str(path))
+    return FilePool(tier, load_problems(path, tier=tier), seed, val_size, name=str(path), heldout_seed=heldout_seed)
 
 
 def _load_dataset(tier: str, name: str, data_dir: str | os.PathLike[str] | None) -> list[Problem]:

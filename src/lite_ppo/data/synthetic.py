@@ -167,6 +167,22 @@ def family_capacity(family: str, tier: str) -> int | None:
     return TESTBED_EASY
 
 
+def family_stratum(family: str, tier: str, problem: Problem) -> tuple[object, int] | None:
+    """``(key, distinct problems)`` of the kind of problem ``problem`` is, when a family's tier has
+    kinds of very different sizes (the testbed's easy tier: 81 one-digit sums, 8,100 two-digit ones,
+    drawn half and half); None otherwise. A held-out split takes at most a quarter of a stratum.
+
+    Example:
+        >>> family_stratum("testbed", "easy", SyntheticSource("easy", family="testbed").problem(0))[1] in (81, 8100)
+        True
+    """
+    if family != "testbed":
+        return None
+    from lite_ppo.data.testbed import stratum
+
+    return stratum(problem)
+
+
 def generate(tier: str, rng: random.Random, family: str = "synthetic") -> GeneratedItem:
     """Draw one item of ``tier`` of a task family from ``rng``.
 

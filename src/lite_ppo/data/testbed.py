@@ -23,9 +23,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+from lite_ppo.data.problem import Problem
 from lite_ppo.data.synthetic import GeneratedItem
 
-__all__ = ["EASY_CAPACITY", "GENERATORS", "SIZES", "TIERS", "column_sum"]
+__all__ = ["EASY_CAPACITY", "GENERATORS", "SIZES", "TIERS", "column_sum", "stratum"]
 
 TIERS = ("easy", "medium", "hard")
 
@@ -37,6 +38,19 @@ SIZES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 }
 # Distinct easy problems (ordered operands): few enough that a held-out split must stay small.
 EASY_CAPACITY = sum((9 * 10 ** (d - 1)) ** k for k in SIZES["easy"][0] for d in SIZES["easy"][1])
+
+
+def stratum(problem: Problem) -> tuple[tuple[int, int], int]:
+    """``((operands, digits), distinct problems of that shape)`` of a testbed problem.
+
+    Example:
+        >>> from lite_ppo.data.synthetic import SyntheticSource
+        >>> [stratum(SyntheticSource("easy", family="testbed").problem(i)) for i in (1, 2)]
+        [((2, 1), 81), ((2, 2), 8100)]
+    """
+    operands = int(problem.metadata["num_operations"]) + 1
+    digits = len(str(problem.metadata["max_operand"]))  # every operand has exactly ``digits`` digits
+    return (operands, digits), (9 * 10 ** (digits - 1)) ** operands
 
 
 def column_sum(rng: random.Random, operands: int, digits: int) -> GeneratedItem:

@@ -68,6 +68,26 @@ def response_records(
     return out
 
 
+def problem_results(problems: Sequence[Problem], rollout: RolloutBatch) -> list[dict[str, Any]]:
+    """``{"id", "tier", "correct"}`` per problem of a batch scored with one response per problem;
+    ``correct`` is the verifier's status ``"correct"``, the rule :class:`GroupMetrics` counts as accurate.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> from lite_ppo.data.problem import Problem
+        >>> batch = SimpleNamespace(group_ids=torch.tensor([1, 0]), reward_status=["wrong", "correct"])
+        >>> problem_results([Problem("a", "1+1?", "2", "easy"), Problem("b", "2+2?", "4", "easy")], batch)
+        [{'id': 'a', 'tier': 'easy', 'correct': True}, {'id': 'b', 'tier': 'easy', 'correct': False}]
+    """
+    statuses = _require_statuses(rollout)
+    out = []
+    for problem, rows in zip(problems, rows_by_problem(rollout, len(problems)), strict=True):
+        if len(rows) != 1:
+            raise ValueError(f"problem {problem.id!r} has {len(rows)} responses: per-problem results need exactly 1")
+        out.append({"id": problem.id, "tier": problem.tier, "correct": statuses[rows[0]] == "correct"})
+    return out
+
+
 def _require_statuses(rollout: RolloutBatch) -> list[str]:
     if rollout.reward_status is None:
         raise ValueError(

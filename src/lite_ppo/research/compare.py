@@ -10,8 +10,10 @@ Reads the TensorBoard event files of the given runs, groups the runs that differ
   with the 95 % CI over seeds and n, the compute per run, the held-out score under the checkpoint rule
   (``--checkpoint last|best``, :mod:`lite_ppo.research.scores`) with every pair of groups compared
   (difference, Welch CI and p-value), the main effects and interactions of a ``sweep --factor`` grid
-  (:mod:`lite_ppo.research.factorial`), and the steps until training accuracy reached 50 % / 90 % of
-  its final value.
+  (:mod:`lite_ppo.research.factorial`), each with its minimum detectable effect at 80 % power and a
+  verdict sentence (:mod:`lite_ppo.research.power`; also printed), a paired analysis by problem where
+  the runs wrote per-problem held-out results (:mod:`lite_ppo.research.bootstrap`), and the steps until
+  training accuracy reached 50 % / 90 % of its final value.
 
 Runs of different lengths, quantities some runs never logged and runs still being written are fine.
 A run whose event files hold no readable record (damaged, empty, not TensorBoard files) is left out
@@ -39,7 +41,7 @@ from lite_ppo.research.quantities import quantities_for
 from lite_ppo.research.runs import RunGroup, find_runs, group_runs
 from lite_ppo.research.scalars import ScalarTable, has_events, read_many
 from lite_ppo.research.scores import POOLED_VAL, CheckpointRule, default_score, score_series
-from lite_ppo.research.summary import summarize, summary_markdown
+from lite_ppo.research.summary import summarize, summary_markdown, verdict_lines
 
 __all__ = ["compare", "main"]
 
@@ -171,6 +173,8 @@ def main(argv: list[str]) -> int:
             print(f"note: group {group['label']} holds several runs with the same seed: {group['runs']}")
     for note in summary["notes"]:
         print(f"note: {note}")
+    for line in verdict_lines(summary):
+        print(line)
     print(f"figures and summary in {args.out}/ ({len(summary['figures'])} PNG, summary.md, summary.json)")
     return 0
 

@@ -17,6 +17,11 @@ Definitions (per run, then aggregated over the group's runs that logged the quan
   (:func:`lite_ppo.research.stats.welch_difference`);
 - factorial: main effects and interactions of a sweep's factors on the score of the checkpoint rule
   (:mod:`lite_ppo.research.factorial`), or on the final training accuracy when no held-out score was logged;
+- power: every pair and factorial effect gets ``mde``, the minimum detectable effect at 80 % power and
+  α = 0.05 (:mod:`lite_ppo.research.power`), and ``verdict``, one sentence ("detected: ..." or "not detected:
+  no effect larger than ..."); a pair whose runs all wrote per-problem held-out results
+  (:mod:`lite_ppo.research.problem_results`) also gets ``paired``, a two-level bootstrap over seeds and
+  problems paired by problem (:mod:`lite_ppo.research.bootstrap`), with its own MDE and verdict;
 - milestone ``reward_50``/``reward_90``: the first step at which training accuracy reached 50 % /
   90 % of that run's final value; runs whose final accuracy is 0 have none.
 
@@ -37,14 +42,17 @@ import numpy as np
 
 from lite_ppo import metric_names as names
 from lite_ppo.metric_names import REWARD_ACCURACY
+from lite_ppo.research.bootstrap import paired_bootstrap
 from lite_ppo.research.factorial import effects, find_designs
+from lite_ppo.research.power import POWER_METHOD, mde_contrast, mde_normal, mde_two_groups, pooled_sd, verdict
+from lite_ppo.research.problem_results import correctness_matrix, read_problem_results
 from lite_ppo.research.quantities import Quantity
-from lite_ppo.research.runs import RunGroup
+from lite_ppo.research.runs import Run, RunGroup
 from lite_ppo.research.scalars import ScalarTable, Series
 from lite_ppo.research.scores import CheckpointRule, run_scores
 from lite_ppo.research.stats import CONFIDENCE, mean_ci, welch_difference
 
-__all__ = ["MILESTONES", "first_step_reaching", "summarize", "summary_markdown"]
+__all__ = ["MILESTONES", "first_step_reaching", "summarize", "summary_markdown", "verdict_lines"]
 
 MILESTONES = (0.5, 0.9)
 CI_METHOD = (
@@ -69,6 +77,39 @@ def _total(table: ScalarTable, tag: str) -> float | None:
     return float(series.finite().values.sum()) if series is not None and len(series.finite()) else None
 
 
+def _with_power(difference: dict[str, Any], a: list[float], b: list[float]) -> dict[str, Any]:
+    """A Welch difference with its ``mde`` (from the SD pooled within the two groups) and ``verdict``."""
+    sd, _ = pooled_sd([a, b])
+    mde = mde_two_groups(len(a), len(b), sd)
+    return {**difference, "mde": mde, "verdict": verdict(difference["diff"], difference["ci"], difference["p"], mde)}
+
+
+def _paired(
+    runs_a: list[tuple[Run, dict[str, Any]]], runs_b: list[tuple[Run, dict[str, Any]]], rule: CheckpointRule
+) -> dict[str, Any] | None:
+    """The two-level bootstrap of a pair when every scored run of both groups wrote per-problem results
+    (under ``last`` its last file, under ``best`` the file of the selected step); None otherwise."""
+    results = []
+    for run, scores in [*runs_a, *runs_b]:
+        step = scores["best_step"] if rule.checkpoint == "best" else None
+        if rule.checkpoint == "best" and step is None:
+            return None
+        found = read_problem_results(run.path, step)
+        if not found:
+            return None
+        results.append(found)
+    ids = sorted(set.intersection(*(set(r) for r in results)))
+    if not ids or len(runs_a) < 2 or len(runs_b) < 2:
+        return None
+    matrix = correctness_matrix(results, ids)
+    out = paired_bootstrap(matrix[: len(runs_a)], matrix[len(runs_a) :])
+    out["problems_left_out"] = len(set.union(*(set(r) for r in results))) - len(ids)  # not evaluated by every run
+    out["file"] = "each run's last heldout/step_*.json" if rule.checkpoint == "last" else "heldout/step_<best step>"
+    out["mde"] = mde_normal(out["se"])
+    out["verdict"] = verdict(out["diff"], out["ci"], out["p"], out["mde"])
+    return out
+
+
 def _score_section(groups: list[RunGroup], tables: dict[Path, ScalarTable], rule: CheckpointRule) -> dict[str, Any]:
     """Per group the runs' scores (final, best) and for each pair of groups their differences."""
     section: dict[str, Any] = {
@@ -82,8 +123,11 @@ def _score_section(groups: list[RunGroup], tables: dict[Path, ScalarTable], rule
     if rule.score is None:
         return section
     values: dict[str, dict[str, list[float]]] = {}
+    scored_runs: dict[str, list[tuple[Run, dict[str, Any]]]] = {}
     for group in groups:
         runs = [{"run": str(r.path), "seed": r.seed, **run_scores(tables[r.path], rule)} for r in group.runs]
+        key = "best" if rule.checkpoint == "best" else "final"
+        scored_runs[group.label] = [(r, x) for r, x in zip(group.runs, runs) if x[key] is not None]
         final = [x["final"] for x in runs if x["final"] is not None]
         best = [x["best"] for x in runs if x["best"] is not None]
         values[group.label] = {"final": final, "best": best}
@@ -95,9 +139,12 @@ def _score_section(groups: list[RunGroup], tables: dict[Path, ScalarTable], rule
             }
     scored = [g.label for g in groups if g.label in section["groups"]]
     for a, b in itertools.combinations(scored, 2):
-        pair = {"a": a, "b": b, "final": welch_difference(values[a]["final"], values[b]["final"]), "best": None}
+        final = welch_difference(values[a]["final"], values[b]["final"])
+        pair = {"a": a, "b": b, "final": _with_power(final, values[a]["final"], values[b]["final"]), "best": None}
         if rule.can_select and values[a]["best"] and values[b]["best"]:
-            pair["best"] = welch_difference(values[a]["best"], values[b]["best"])
+            best = welch_difference(values[a]["best"], values[b]["best"])
+            pair["best"] = _with_power(best, values[a]["best"], values[b]["best"])
+        pair["paired"] = _paired(scored_runs[a], scored_runs[b], rule)
         section["pairs"].append(pair)
     return section
 
@@ -131,6 +178,11 @@ def _factorial_section(
                     per_seed.setdefault(run.seed, []).append(value)
             values[cell] = {seed: float(np.mean(v)) for seed, v in per_seed.items()}  # a repeated seed: its mean
         result = effects(values, design.factors)
+        for effect in [*result["main_effects"], *result["interactions"]]:
+            per_seed = effect["per_seed"]
+            sd = float(np.std(per_seed, ddof=1)) if len(per_seed) >= 2 else None
+            effect["mde"] = mde_contrast(effect["n"], sd)
+            effect["verdict"] = verdict(effect["estimate"], effect["ci"], effect["p"], effect["mde"])
         for entry, cell in zip(result["cells"], itertools.product(*design.factors.values())):
             entry["group"] = design.cells[cell].label
         out.append({"base": design.base, "factors": design.factors, "response": response, **result})
@@ -187,6 +239,7 @@ def summarize(
     return {
         "confidence": CONFIDENCE,
         "ci_method": CI_METHOD,
+        "power_method": POWER_METHOD,
         "groups": out_groups,
         # better: None where no direction is an improvement (response length, entropy): "best" is only the max.
         "quantities": {
@@ -248,6 +301,49 @@ def _score_markdown(score: dict[str, Any]) -> list[str]:
         for pair in score["pairs"]:
             cells = [*_diff(pair["final"]), *(_diff(pair["best"]) if best else ())]
             lines.append(f"| {pair['a']} | {pair['b']} | " + " | ".join(cells) + " |")
+        pair_lines = _pair_verdicts(score)
+        if pair_lines:
+            lines += ["", "Verdicts (minimum detectable effect at 80 % power, α = 0.05, two-sided):", ""]
+            lines += [f"- {line}" for line in pair_lines]
+    return lines
+
+
+def _pair_verdicts(score: dict[str, Any]) -> list[str]:
+    lines = []
+    for pair in score["pairs"]:
+        for key in ("final", "best"):
+            stat = pair.get(key)
+            if stat and stat.get("verdict"):
+                lines.append(f"{pair['a']} − {pair['b']}, {key}: {stat['verdict']}")
+        paired = pair.get("paired")
+        if paired and paired.get("verdict"):
+            lines.append(
+                f"{pair['a']} − {pair['b']}, held-out accuracy per problem ({paired['method']}; "
+                f"{paired['n_problems']} problems, {paired['rounds']} rounds; {paired['file']}): {paired['verdict']}"
+            )
+    return lines
+
+
+def _effect_name(eff: dict[str, Any]) -> str:
+    if "factor" in eff:
+        return f"main: {eff['factor']} {eff['level']} − {eff['reference']}"
+    (f1, f2), (a, b), (ra, rb) = eff["factors"], eff["levels"], eff["references"]
+    return f"interaction: {f1} {a} − {ra} × {f2} {b} − {rb}"
+
+
+def _factorial_verdicts(design: dict[str, Any]) -> list[str]:
+    return [
+        f"{_effect_name(eff)}: {eff['verdict']}"
+        for eff in [*design["main_effects"], *design["interactions"]]
+        if eff.get("verdict")
+    ]
+
+
+def verdict_lines(summary: dict[str, Any]) -> list[str]:
+    """Every verdict sentence of a summary, one line each (what ``compare`` prints): pairs, then factorial effects."""
+    lines = _pair_verdicts(summary["score"])
+    for design in summary["factorial"]:
+        lines += [f"{design['base']}: {line}" for line in _factorial_verdicts(design)]
     return lines
 
 
@@ -265,14 +361,15 @@ def _factorial_markdown(factorial: list[dict[str, Any]], notes: list[str]) -> li
         lines += ["", "| cell | mean over seeds |", "|---|---|"]
         for cell in design["cells"]:
             lines.append(f"| {', '.join(f'{k}={v}' for k, v in cell['cell'].items())} | {_fmt(cell)} |")
-        lines += ["", "| effect | estimate | CI | p | n |", "|---|---|---|---|---|"]
-        for eff in design["main_effects"]:
-            name = f"main: {eff['factor']} {eff['level']} − {eff['reference']}"
-            lines.append(f"| {name} | {_num(eff['estimate'])} | {_ci(eff['ci'])} | {_p(eff['p'])} | {eff['n']} |")
-        for eff in design["interactions"]:
-            (f1, f2), (a, b), (ra, rb) = eff["factors"], eff["levels"], eff["references"]
-            name = f"interaction: {f1} {a} − {ra} × {f2} {b} − {rb}"
-            lines.append(f"| {name} | {_num(eff['estimate'])} | {_ci(eff['ci'])} | {_p(eff['p'])} | {eff['n']} |")
+        lines += ["", "| effect | estimate | CI | p | n | MDE (80 % power) |", "|---|---|---|---|---|---|"]
+        for eff in [*design["main_effects"], *design["interactions"]]:
+            lines.append(
+                f"| {_effect_name(eff)} | {_num(eff['estimate'])} | {_ci(eff['ci'])} | {_p(eff['p'])} | {eff['n']} "
+                f"| {_num(eff.get('mde'), 3)} |"
+            )
+        effect_lines = _factorial_verdicts(design)
+        if effect_lines:
+            lines += ["", *[f"- {line}" for line in effect_lines]]
     if notes:
         lines += ["", *[f"Note: {note}" for note in notes]]
     return lines
@@ -286,6 +383,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         "",
         "Mean ± sample std over seeds (n = runs that logged the quantity) [95 % confidence interval of the mean].",
         f"Method: {summary['ci_method']}.",
+        *([f"Power: {summary['power_method']}."] if summary.get("power_method") else []),
         "",
     ]
     if summary.get("x_label"):

@@ -1,5 +1,5 @@
 """``lite-ppo sweep``: a grid of recipes x seeds (x factors, config and override axes), run one after
-another, then compared.
+another (or ``--parallel P`` side by side, ``--threads T`` math threads each), then compared.
 
 Each grid point runs as its own process (``python -m lite_ppo.cli fit ...``) with its own named run
 directory under ``--out`` (``<out>[/<variant>]/<recipe>/<model>/seed<S>``) and its output in
@@ -38,6 +38,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import signal
 import subprocess
@@ -61,34 +62,6 @@ class SweepInterrupted(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
-
-
-def run_forwarding_signals(command: list[str], **popen_kwargs) -> tuple[int, int | None]:
-    """Run ``command`` to its end, passing every signal of :data:`FORWARDED_SIGNALS` the sweep gets on
-    to it; returns (its exit status, the first signal received or None).
-
-    The child runs in its own process group, so a Ctrl-C at the terminal reaches it once, through
-    the sweep, like a ``kill`` of the sweep does (a second Ctrl-C is a second one for ``fit`` too)."""
-    received: list[int] = []
-    child = subprocess.Popen(command, process_group=0, **popen_kwargs)
-
-    def forward(signum, frame) -> None:
-        received.append(signum)
-        if child.poll() is None:
-            child.send_signal(signum)
-
-    previous = {}
-    try:
-        for signum in FORWARDED_SIGNALS:
-            previous[signum] = signal.signal(signum, forward)
-    except ValueError:  # not the main thread: no handlers, the child is still waited for
-        pass
-    try:
-        code = child.wait()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    return code, (received[0] if received else None)
 
 
 def find_point_runs(point: GridPoint, out: Path) -> list[Path]:
@@ -116,41 +89,96 @@ def finished_run(point: GridPoint, out: Path) -> Path | None:
     return None
 
 
+def _child_env(threads: int | None) -> dict[str, str] | None:
+    """The environment of each run: this one, with the math libraries' thread count when given."""
+    if threads is None:
+        return None
+    return {**os.environ, **dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS"), str(threads))}
+
+
 def run_sweep(
-    points: list[GridPoint], out: Path, python: str | None = None, echo=print
+    points: list[GridPoint],
+    out: Path,
+    python: str | None = None,
+    echo=print,
+    parallel: int = 1,
+    threads: int | None = None,
 ) -> tuple[list[Path], list[GridPoint], list[GridPoint]]:
-    """Run the unfinished points sequentially; returns (finished run dirs, points run now, failed points)."""
+    """Run the unfinished points, ``parallel`` at a time (each with ``threads`` math threads, or the
+    inherited setting); returns (finished run dirs, points run now, failed points).
+
+    A signal of :data:`FORWARDED_SIGNALS` reaches every running point; no further point starts, the
+    running ones are waited for, then :class:`SweepInterrupted` is raised."""
     logs = out / "sweep_logs"
     logs.mkdir(parents=True, exist_ok=True)
-    ran, failed = [], []
+    todo = []
     for i, point in enumerate(points, 1):
         done = finished_run(point, out)
         if done is not None:
             echo(f"[{i}/{len(points)}] {point.label}: finished before, skipped ({done})")
-            continue
-        log_path = logs / f"{point.label}.log"
-        echo(f"[{i}/{len(points)}] {point.label}: running (log: {log_path})")
-        start = time.monotonic()
-        with log_path.open("w") as log:
-            code, signum = run_forwarding_signals(point.command(out, python), stdout=log, stderr=subprocess.STDOUT)
-        ran.append(point)
-        if signum is not None:
-            echo(
-                f"[{i}/{len(points)}] {point.label}: stopped by {signal.Signals(signum).name} (exit {code}); "
-                f"its checkpoint and log: {log_path}. Run the same command again to continue the sweep."
-            )
-            raise SweepInterrupted(signum)
-        result = finished_run(point, out)
-        if code != 0 or result is None:
-            failed.append(point)
-            echo(
-                f"[{i}/{len(points)}] {point.label}: FAILED (exit {code}) "
-                f"after {time.monotonic() - start:.0f} s; see {log_path}"
-            )
         else:
-            echo(f"[{i}/{len(points)}] {point.label}: finished in {time.monotonic() - start:.0f} s -> {result}")
+            todo.append((i, point))
+    env = _child_env(threads)
+    ran, failed, received = [], [], []
+    running: dict[subprocess.Popen, tuple[int, GridPoint, Path, float]] = {}
+
+    def forward(signum, frame) -> None:
+        received.append(signum)
+        for child in running:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    previous = {}
+    try:
+        for signum in FORWARDED_SIGNALS:
+            previous[signum] = signal.signal(signum, forward)
+    except ValueError:  # not the main thread: no handlers, the children are still waited for
+        pass
+    try:
+        while todo or running:
+            while todo and len(running) < parallel and not received:
+                i, point = todo.pop(0)
+                log_path = logs / f"{point.label}.log"
+                echo(f"[{i}/{len(points)}] {point.label}: running (log: {log_path})")
+                with log_path.open("w") as log:  # the child keeps its own copy of the descriptor
+                    # Each run in its own process group: a Ctrl-C at the terminal reaches it once,
+                    # through the sweep, like a kill of the sweep does.
+                    child = subprocess.Popen(
+                        point.command(out, python), process_group=0, stdout=log, stderr=subprocess.STDOUT, env=env
+                    )
+                running[child] = (i, point, log_path, time.monotonic())
+                ran.append(point)
+            ended = [child for child in running if child.poll() is not None]
+            if not ended:
+                time.sleep(0.1)
+                continue
+            for child in ended:
+                i, point, log_path, start = running.pop(child)
+                _report(child.returncode, received, i, len(points), point, out, log_path, start, failed, echo)
+        if received:
+            raise SweepInterrupted(received[0])
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     finished = [p for p in (finished_run(point, out) for point in points) if p is not None]
     return finished, ran, failed
+
+
+def _report(code, received, i, total, point, out, log_path, start, failed, echo) -> None:
+    if received:
+        echo(
+            f"[{i}/{total}] {point.label}: stopped by {signal.Signals(received[0]).name} (exit {code}); "
+            f"its checkpoint and log: {log_path}. Run the same command again to continue the sweep."
+        )
+        return
+    result = finished_run(point, out)
+    if code != 0 or result is None:
+        failed.append(point)
+        echo(
+            f"[{i}/{total}] {point.label}: FAILED (exit {code}) after {time.monotonic() - start:.0f} s; see {log_path}"
+        )
+    else:
+        echo(f"[{i}/{total}] {point.label}: finished in {time.monotonic() - start:.0f} s -> {result}")
 
 
 def main(argv: list[str]) -> int:
@@ -217,7 +245,25 @@ def main(argv: list[str]) -> int:
         help="an #SBATCH line for the array script, e.g. --sbatch-option=--gres=gpu:8",
     )
     parser.add_argument("--python", default=None, help="Python interpreter of the runs (default: this one)")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="P",
+        help="runs side by side (default 1); on a CPU, P runs of --threads 1 each can finish more per hour "
+        "than one run on every core (docs/benchmarks.md, 'Sweeps side by side')",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="T",
+        help="math threads of each run (OMP_NUM_THREADS; default: inherited)",
+    )
     args = parser.parse_args(argv)
+    if args.parallel < 1 or (args.threads is not None and args.threads < 1):
+        print("lite-ppo sweep: error: --parallel and --threads must be >= 1", file=sys.stderr)
+        return 2
     try:
         points = expand_grid(args.recipe, args.seed, args.config, args.grid_config, args.grid, passthrough, args.factor)
         compare_args = shlex.split(args.compare_args)
@@ -246,7 +292,7 @@ def main(argv: list[str]) -> int:
         )
         return 0
     try:
-        finished, ran, failed = run_sweep(points, args.out, args.python)
+        finished, ran, failed = run_sweep(points, args.out, args.python, parallel=args.parallel, threads=args.threads)
     except SweepInterrupted as stop:
         return 128 + stop.signum
     print(

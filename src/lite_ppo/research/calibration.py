@@ -1,0 +1,71 @@
+"""Calibration of compare's pairwise test on real runs: does it say "significant" as often as it should?
+
+- :func:`aa_split_rate` (A/A): the seeds of one cell split at random into two halves, many times; every split
+  compares two groups run the same way, so the share of splits with Welch p < alpha should be near alpha.
+- :func:`detection_rate` (positive control): two cells that differ by a known change (10 vs 20 training
+  steps, a halved learning rate), random ``half``-vs-``half`` subsamples; the share detected is the power at
+  that n, to hold against the planner's prediction (:mod:`lite_ppo.research.power`).
+
+Both return the share with its 95 % Clopper-Pearson interval (``scipy.stats.binomtest(...).proportion_ci``).
+That interval treats the splits as independent trials; splits of one fixed set of seeds are not (they
+reuse the same values), so it describes the splitting noise only, not the luck of the seeds that were run.
+
+Example:
+    >>> rng = np.random.default_rng(0)
+    >>> aa_split_rate(rng.normal(size=32), 1000, rng)["rate"]      # doctest: +SKIP
+    0.047
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from lite_ppo.research.power import ALPHA
+
+__all__ = ["aa_split_rate", "detection_rate"]
+
+
+def _rate(p: np.ndarray, alpha: float) -> dict[str, Any]:
+    detected, n = int((p < alpha).sum()), int(p.size)
+    ci = stats.binomtest(detected, n).proportion_ci(confidence_level=0.95, method="exact")
+    return {"rate": detected / n, "ci": [float(ci.low), float(ci.high)], "detected": detected, "n_splits": n}
+
+
+def _welch_p(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Welch's two-sided p-value of each row of ``x`` against the same row of ``y`` (NaN rows: no spread, p = 1)."""
+    p = stats.ttest_ind(x, y, axis=1, equal_var=False).pvalue
+    return np.where(np.isfinite(p), p, 1.0)
+
+
+def aa_split_rate(
+    scores: list[float] | np.ndarray, n_splits: int, rng: np.random.Generator, alpha: float = ALPHA
+) -> dict[str, Any]:
+    """``{"rate", "ci", "detected", "n_splits"}``: the share of random half-vs-half splits of one cell's
+    per-seed ``scores`` with Welch p < ``alpha`` (an odd seed out is left out of each split)."""
+    values = np.asarray(scores, dtype=np.float64)
+    half = values.size // 2
+    if half < 2:
+        raise ValueError(f"an A/A split needs at least 4 seeds, got {values.size}")
+    order = rng.permuted(np.tile(np.arange(values.size), (n_splits, 1)), axis=1)
+    return _rate(_welch_p(values[order[:, :half]], values[order[:, half : 2 * half]]), alpha)
+
+
+def detection_rate(
+    a_scores: list[float] | np.ndarray,
+    b_scores: list[float] | np.ndarray,
+    half: int,
+    n_splits: int,
+    rng: np.random.Generator,
+    alpha: float = ALPHA,
+) -> dict[str, Any]:
+    """``{"rate", "ci", "detected", "n_splits"}``: the share of ``n_splits`` random subsamples of ``half`` seeds
+    from each cell (without replacement) whose Welch test gives p < ``alpha``."""
+    a, b = np.asarray(a_scores, dtype=np.float64), np.asarray(b_scores, dtype=np.float64)
+    if half < 2 or half > min(a.size, b.size):
+        raise ValueError(f"half must be 2 .. {min(a.size, b.size)} (the smaller cell's seeds), got {half}")
+    pick_a = rng.permuted(np.tile(np.arange(a.size), (n_splits, 1)), axis=1)[:, :half]
+    pick_b = rng.permuted(np.tile(np.arange(b.size), (n_splits, 1)), axis=1)[:, :half]
+    return _rate(_welch_p(a[pick_a], b[pick_b]), alpha)

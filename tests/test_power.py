@@ -1,0 +1,314 @@
+"""Power in compare: the minimum detectable effect (MDE) and the planner against scipy's noncentral t, the
+A/A and positive-control machinery on synthetic normal data, the two-level bootstrap by problem, and
+``compare`` / ``lite-ppo plan`` on tiny fake runs against statsmodels computed here."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+from statsmodels.stats.power import TTestIndPower, TTestPower
+
+from lite_ppo import metric_names as m
+from lite_ppo.research.bootstrap import BOOTSTRAP_METHOD, paired_bootstrap
+from lite_ppo.research.calibration import aa_split_rate, detection_rate
+from lite_ppo.research.compare import main as compare_main
+from lite_ppo.research.plan import main as plan_main
+from lite_ppo.research.plan import plan
+from lite_ppo.research.power import (
+    mde_contrast,
+    mde_normal,
+    mde_two_groups,
+    pooled_sd,
+    seeds_for_contrast,
+    seeds_for_two_groups,
+    verdict,
+)
+
+
+# -- MDE and planner against scipy's noncentral t ---------------------------------------------------------
+def nct_power_two_groups(diff: float, sd: float, n_a: int, n_b: int, alpha: float = 0.05) -> float:
+    """Power of the two-sided two-sample t-test (equal variances) for a true difference ``diff``."""
+    df = n_a + n_b - 2
+    ncp = diff / (sd * math.sqrt(1 / n_a + 1 / n_b))
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    return float(stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp))
+
+
+def nct_power_one_sample(diff: float, sd: float, n: int, alpha: float = 0.05) -> float:
+    """Power of the two-sided one-sample t-test of ``n`` values of SD ``sd`` for a true mean ``diff``."""
+    df, ncp = n - 1, diff / (sd / math.sqrt(n))
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    return float(stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp))
+
+
+@pytest.mark.parametrize(("n_a", "n_b", "sd"), [(2, 2, 0.03), (3, 5, 0.025), (5, 5, 0.025), (16, 12, 0.1)])
+def test_two_group_mde_has_80_percent_power_by_the_noncentral_t(n_a, n_b, sd):
+    mde = mde_two_groups(n_a, n_b, sd)
+    assert nct_power_two_groups(mde, sd, n_a, n_b) == pytest.approx(0.80, abs=1e-3)
+
+
+@pytest.mark.parametrize(("n", "sd"), [(2, 0.05), (3, 0.02), (5, 0.025), (32, 0.01)])
+def test_contrast_mde_has_80_percent_power_by_the_noncentral_t(n, sd):
+    mde = mde_contrast(n, sd)
+    assert nct_power_one_sample(mde, sd, n) == pytest.approx(0.80, abs=1e-3)
+
+
+def test_mde_shrinks_as_one_over_root_n_and_is_undefined_without_spread():
+    # At large n the t-test is a z-test: MDE ~ (z_0.975 + z_0.8) * sd * sqrt(2/n) exactly in the limit.
+    z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
+    for n in (400, 1600):
+        assert mde_two_groups(n, n, 1.0) == pytest.approx(z * math.sqrt(2 / n), rel=5e-3)
+        assert mde_contrast(n, 1.0) == pytest.approx(z / math.sqrt(n), rel=5e-3)
+    assert mde_two_groups(400, 400, 1.0) / mde_two_groups(1600, 1600, 1.0) == pytest.approx(2.0, rel=2e-3)
+    assert mde_two_groups(1, 5, 0.1) is None and mde_two_groups(5, 5, 0.0) is None and mde_contrast(1, 0.1) is None
+
+
+def test_normal_mde_is_the_z_test_at_80_percent_power():
+    se = 0.007
+    mde = mde_normal(se)
+    crit = stats.norm.ppf(0.975)
+    assert stats.norm.sf(crit - mde / se) + stats.norm.cdf(-crit - mde / se) == pytest.approx(0.80, abs=1e-4)
+
+
+@pytest.mark.parametrize(("target", "sd"), [(0.02, 0.025), (0.05, 0.025), (0.01, 0.03), (0.3, 0.1)])
+def test_planner_seeds_are_the_fewest_with_80_percent_power(target, sd):
+    n = seeds_for_two_groups(target, sd)
+    assert nct_power_two_groups(target, sd, n, n) >= 0.8
+    assert n == 2 or nct_power_two_groups(target, sd, n - 1, n - 1) < 0.8
+    k = seeds_for_contrast(target, sd)
+    assert nct_power_one_sample(target, sd, k) >= 0.8
+    assert k == 2 or nct_power_one_sample(target, sd, k - 1) < 0.8
+
+
+@pytest.mark.parametrize("n", [3, 5, 16, 40])
+def test_planner_inverts_the_mde(n):
+    sd = 0.025
+    # The MDE at n, a hair larger (solver tolerance), needs exactly n seeds again.
+    assert seeds_for_two_groups(mde_two_groups(n, n, sd) * (1 + 1e-6), sd) == n
+    assert seeds_for_contrast(mde_contrast(n, sd) * (1 + 1e-6), sd) == n
+
+
+def test_pooled_sd_and_verdict_sentences():
+    sd, df = pooled_sd([[0.5, 0.6, 0.7], [0.2, 0.4], [0.9]])
+    # By hand: squared deviations 0.01 + 0 + 0.01 and 0.01 + 0.01 over 2 + 1 degrees of freedom.
+    assert (sd, df) == (pytest.approx(math.sqrt(0.04 / 3)), 3)
+    assert pooled_sd([[0.3], [0.4]]) == (None, 0)
+    assert verdict(0.031, [0.012, 0.050], 0.003, 0.024) == "detected: +0.031 (95 % CI +0.012 to +0.05, p = 0.003)"
+    text = verdict(0.004, [-0.015, 0.023], 0.64, 0.024)
+    assert text == (
+        "not detected: no effect larger than 0.024 at 80 % power (observed +0.004, 95 % CI -0.015 to +0.023, p = 0.64)"
+    )
+    assert verdict(0.1, None, None, None) is None
+
+
+# -- calibration machinery on synthetic normal data -----------------------------------------------------------
+def test_aa_splits_of_one_normal_cell_are_significant_about_5_percent_of_the_time():
+    low, high = stats.binom.interval(0.99, 1000, 0.05)
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        result = aa_split_rate(rng.normal(0.5, 0.025, size=32), 1000, rng)
+        assert result["n_splits"] == 1000 and result["rate"] == result["detected"] / 1000
+        assert low <= result["detected"] <= high, result
+        assert result["ci"][0] <= result["rate"] <= result["ci"][1]
+
+
+def test_positive_control_detection_rate_is_the_predicted_power():
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(0.0, 1.0, size=600), rng.normal(1.0, 1.0, size=600)
+    d = (b.mean() - a.mean()) / math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2)  # the pools' own effect size
+    predicted = TTestIndPower().power(effect_size=d, nobs1=16, alpha=0.05, ratio=1.0)
+    result = detection_rate(a, b, 16, 1000, rng)
+    # Binomial SD over 1000 splits ~0.013; Welch vs the pooled t and subsampling a finite pool add a little.
+    assert result["rate"] == pytest.approx(predicted, abs=0.05), (result, predicted)
+    assert 0.6 < predicted < 0.95  # a regime where a wrong rate would show
+
+
+# -- the two-level bootstrap by problem ---------------------------------------------------------------------
+def synthetic_problems(rng: np.random.Generator, seeds: int, difficulty: np.ndarray, shift: float) -> np.ndarray:
+    """Seeds x problems 0/1: problem j solved with probability difficulty[j] + a seed's offset + ``shift``."""
+    offsets = rng.normal(0.0, 0.02, size=(seeds, 1))
+    p = np.clip(difficulty[None, :] + offsets + shift, 0.0, 1.0)
+    return (rng.random(p.shape) < p).astype(float)
+
+
+def test_bootstrap_covers_zero_without_a_difference_and_excludes_it_with_one():
+    rng = np.random.default_rng(3)
+    difficulty = rng.uniform(0.1, 0.9, size=400)
+    a, b = synthetic_problems(rng, 6, difficulty, 0.0), synthetic_problems(rng, 5, difficulty, 0.0)
+    same = paired_bootstrap(a, b, np.random.default_rng(0))
+    assert same["diff"] == pytest.approx(a.mean() - b.mean(), abs=1e-12)
+    assert same["ci"][0] < 0 < same["ci"][1] and same["p"] > 0.05
+    assert same["method"] == BOOTSTRAP_METHOD and same["n_problems"] == 400 and same["rounds"] == 2000
+    c = synthetic_problems(rng, 5, difficulty, -0.1)
+    shifted = paired_bootstrap(a, c, np.random.default_rng(0))
+    assert shifted["diff"] == pytest.approx(a.mean() - c.mean(), abs=1e-12)
+    assert shifted["ci"][0] > 0 and shifted["p"] < 0.01
+    assert shifted["ci"][0] < shifted["diff"] < shifted["ci"][1]
+
+
+# -- compare and plan on tiny fake runs -------------------------------------------------------------------
+def write_run(path: Path, recipe: str, seed: int, scalars: dict[str, dict[int, float]], **record) -> Path:
+    from torch.utils.tensorboard import SummaryWriter
+
+    path.mkdir(parents=True)
+    writer = SummaryWriter(str(path))
+    for tag, points in scalars.items():
+        for step, value in points.items():
+            writer.add_scalar(tag, value, step)
+    writer.close()
+    (path / "run.json").write_text(
+        json.dumps({"recipe": recipe, "model": "builtin:tiny", "model_name": "tiny", "seed": seed, **record})
+    )
+    return path
+
+
+def f32(values: list[float]) -> list[float]:
+    """Values as they come back from an event file (float32)."""
+    return [float(np.float32(v)) for v in values]
+
+
+def independent_two_group_mde(a: list[float], b: list[float]) -> float:
+    sd = math.sqrt(
+        ((len(a) - 1) * statistics.variance(a) + (len(b) - 1) * statistics.variance(b)) / (len(a) + len(b) - 2)
+    )
+    d = TTestIndPower().solve_power(effect_size=None, nobs1=len(a), ratio=len(b) / len(a), alpha=0.05, power=0.8)
+    return d * sd
+
+
+SCORES = {"alpha": [0.40, 0.46, 0.43, 0.50], "beta": [0.42, 0.38, 0.47, 0.44]}  # not far apart: not detected
+
+
+def test_compare_prints_the_mde_sentence(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for recipe, values in SCORES.items():
+        for seed, value in enumerate(values):
+            scalars = {m.REWARD_ACCURACY: {0: 0.1, 1: 0.2}, m.EVAL_AVERAGE_ACCURACY: {0: 0.1, 4: value}}
+            write_run(root / recipe / "tiny" / f"seed{seed}", recipe, seed, scalars)
+    out = tmp_path / "cmp"
+    assert compare_main([str(root), "--out", str(out)]) == 0
+    console = capsys.readouterr().out
+    a, b = f32(SCORES["alpha"]), f32(SCORES["beta"])
+    mde = independent_two_group_mde(a, b)
+    (pair,) = json.loads((out / "summary.json").read_text())["score"]["pairs"]
+    assert pair["final"]["mde"] == pytest.approx(mde, rel=1e-5)
+    assert stats.ttest_ind(a, b, equal_var=False).pvalue > 0.05
+    assert pair["final"]["verdict"].startswith(f"not detected: no effect larger than {mde:.3g} at 80 % power")
+    assert pair["paired"] is None  # no per-problem files
+    md = (out / "summary.md").read_text()
+    for text in (md, console):
+        assert f"alpha/tiny − beta/tiny, final: not detected: no effect larger than {mde:.3g}" in text
+
+
+def test_compare_detects_a_large_difference_and_pairs_by_problem(tmp_path, capsys):
+    rng = np.random.default_rng(11)
+    difficulty = rng.uniform(0.1, 0.9, size=200)
+    ids = [f"p{j}" for j in range(200)]
+    solved = {
+        "alpha": synthetic_problems(rng, 4, difficulty, 0.15),
+        "beta": synthetic_problems(rng, 4, difficulty, 0.0),
+    }
+    root = tmp_path / "runs"
+    for recipe, matrix in solved.items():
+        for seed, row in enumerate(matrix):
+            scalars = {m.REWARD_ACCURACY: {0: 0.1, 1: 0.2}, m.EVAL_AVERAGE_ACCURACY: {0: 0.1, 4: float(row.mean())}}
+            run = write_run(root / recipe / "tiny" / f"seed{seed}", recipe, seed, scalars)
+            (run / "heldout").mkdir()
+            for step, correct in ((2, np.zeros(200)), (4, row)):  # an earlier file, then the scored last one
+                problems = [{"id": i, "tier": "easy", "correct": bool(c)} for i, c in zip(ids, correct)]
+                (run / "heldout" / f"step_{step}.json").write_text(json.dumps({"step": step, "problems": problems}))
+    out = tmp_path / "cmp"
+    assert compare_main([str(root), "--out", str(out)]) == 0
+    console = capsys.readouterr().out
+    (pair,) = json.loads((out / "summary.json").read_text())["score"]["pairs"]
+    assert pair["final"]["verdict"].startswith("detected: +")
+    paired = pair["paired"]
+    assert paired["method"] == "two-level bootstrap over seeds and problems, paired by problem"
+    assert paired["diff"] == pytest.approx(solved["alpha"].mean() - solved["beta"].mean(), abs=1e-12)
+    assert paired["ci"][0] > 0 and paired["n_problems"] == 200 and paired["verdict"].startswith("detected")
+    md = (out / "summary.md").read_text()
+    assert "two-level bootstrap over seeds and problems, paired by problem" in md and "detected: +" in console
+
+
+def test_factorial_effects_get_an_mde(tmp_path):
+    root = tmp_path / "runs"
+    cells = {("g", "t"): [0.40, 0.44, 0.41], ("b", "t"): [0.43, 0.45, 0.47], ("g", "s"): [0.38, 0.40, 0.42],
+             ("b", "s"): [0.42, 0.41, 0.46]}  # fmt: skip
+    for (norm, agg), ys in cells.items():
+        for seed, y in enumerate(ys):
+            record = {"cell": {"norm": norm, "agg": agg}, "factors": {"norm": ["g", "b"], "agg": ["t", "s"]}}
+            scalars = {m.REWARD_ACCURACY: {0: 0.1}, m.EVAL_AVERAGE_ACCURACY: {2: y}}
+            write_run(
+                root / f"norm={norm}_agg={agg}" / "lite" / "tiny" / f"seed{seed}", "lite", seed, scalars, **record
+            )
+    out = tmp_path / "cmp"
+    assert compare_main([str(root), "--out", str(out)]) == 0
+    (design,) = json.loads((out / "summary.json").read_text())["factorial"]
+    y = {cell: np.array(f32(v)) for cell, v in cells.items()}
+    norm = ((y["b", "t"] - y["g", "t"]) + (y["b", "s"] - y["g", "s"])) / 2  # per-seed main effect of norm
+    d = TTestPower().solve_power(effect_size=None, nobs=3, alpha=0.05, power=0.8)
+    expected = d * statistics.stdev(norm.tolist())
+    assert design["main_effects"][0]["mde"] == pytest.approx(expected, rel=1e-5)
+    md = (out / "summary.md").read_text()
+    assert "MDE (80 % power)" in md and f"| {expected:.3g} |" in md
+
+
+def planned_runs(root: Path, scores: dict[str, list[float]], seconds: dict[str, list[float]]) -> None:
+    for recipe, values in scores.items():
+        for seed, value in enumerate(values):
+            wall = seconds[recipe][seed]
+            record = {
+                "started": "2026-01-01T10:00:00+00:00",
+                "ended": f"2026-01-01T10:{int(wall // 60):02d}:{int(wall % 60):02d}+00:00",
+            }
+            scalars = {m.REWARD_ACCURACY: {0: 0.1}, m.EVAL_AVERAGE_ACCURACY: {0: 0.1, 4: value}}
+            write_run(root / recipe / "tiny" / f"seed{seed}", recipe, seed, scalars, **record)
+
+
+def test_plan_prints_seeds_per_cell_and_wall_time(tmp_path, capsys):
+    root = tmp_path / "runs"
+    planned_runs(root, SCORES, {"alpha": [100, 120, 110, 130], "beta": [90, 100, 140, 130]})
+    assert plan_main([str(root), "--mde", "0.02", "--parallel", "2"]) == 0
+    printed = capsys.readouterr().out
+    a, b = f32(SCORES["alpha"]), f32(SCORES["beta"])
+    sd = math.sqrt((3 * statistics.variance(a) + 3 * statistics.variance(b)) / 6)
+    n2 = math.ceil(TTestIndPower().solve_power(effect_size=0.02 / sd, nobs1=None, alpha=0.05, power=0.8, ratio=1.0))
+    n4 = math.ceil(TTestPower().solve_power(effect_size=0.02 / sd, nobs=None, alpha=0.05, power=0.8))
+    assert f"2-cell comparison: {n2} seeds per cell ({2 * n2} runs)" in printed
+    assert f"2 x 2 factorial, main effect: {n4} seeds per cell ({4 * n4} runs)" in printed
+    result = plan([str(root)], 0.02, parallel=2)
+    wall = statistics.mean([100, 120, 110, 130, 90, 100, 140, 130])
+    assert result["sd"] == pytest.approx(sd, rel=1e-9) and result["wall_per_run"] == pytest.approx(wall)
+    assert result["two_cell"]["serial_s"] == pytest.approx(wall * 2 * n2)
+    assert result["two_cell"]["parallel_s"] == pytest.approx(wall * n2)
+    assert "2 runs side by side" in printed
+
+
+def test_plan_errors_are_one_line(tmp_path, capsys):
+    assert plan_main([str(tmp_path / "nothing*"), "--mde", "0.02"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lite-ppo plan: error:") and "no run directory" in err[0]
+    root = tmp_path / "runs"
+    planned_runs(root, {"alpha": [0.4], "beta": [0.5]}, {"alpha": [60], "beta": [60]})
+    assert plan_main([str(root), "--mde", "0.02"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fewer than 2 seeds" in err[0]
+    assert plan_main([str(root), "--mde", "0.02", "--score", "val/easy/accuracy"]) == 2
+    assert "no run logged it" in capsys.readouterr().err
+    unscored = tmp_path / "unscored"
+    write_run(unscored / "x" / "tiny" / "seed0", "x", 0, {m.REWARD_ACCURACY: {0: 0.1}})
+    assert plan_main([str(unscored), "--mde", "0.02"]) == 2
+    assert "no held-out score" in capsys.readouterr().err
+
+
+def test_plan_is_a_lite_ppo_command(tmp_path, capsys):
+    from lite_ppo.cli.commands import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["plan", str(tmp_path / "nothing*"), "--mde", "0.02"])
+    assert done.value.code == 2 and "lite-ppo plan: error:" in capsys.readouterr().err
