@@ -14,7 +14,8 @@ their sizes; ``--set KEY=VALUE`` and any further ``--section.key=value`` go to `
   vLLM, 4 prompts x 8 samples, 48 new tokens, 2 optimizer steps per rollout batch);
 - ``longtail``: the same with the ``medium`` synthetic tier and ``max_new_tokens`` 512, so response
   lengths spread from a few tokens to the limit (2 prompts x 4 samples by default, to stay
-  affordable on 2 cores).
+  affordable on 2 cores);
+- ``testbed``: Lite PPO on the testbed's base-like init (``configs/models/testbed_base.yaml``).
 
 Each invocation runs ``lite-ppo fit`` for ``--steps`` steps in this process (no validation; the
 checkpoints the config asks for land in a temporary folder), reads the TensorBoard scalars back
@@ -100,6 +101,10 @@ WORKLOADS = {
         prompts=2,
         samples=4,
         max_new_tokens=512,
+    ),
+    "testbed": Workload(
+        "the testbed's step: Lite PPO on testbed-base, 32 prompts x 8 samples, 80 new tokens",
+        ["configs/recipes/lite_ppo.yaml", "configs/models/testbed_base.yaml"],
     ),
 }
 

@@ -66,7 +66,7 @@ def test_decoder_logits_equal_the_models_own_forward_under_teacher_forcing(name,
     for row, ids in enumerate(prompts):
         input_ids[row, width - len(ids) :] = torch.tensor(ids)
         mask[row, width - len(ids) :] = 1
-    decoder = CachedDecoder(model, len(prompts), width, steps)
+    decoder = CachedDecoder(model, len(prompts), width, steps)  # one sample per prompt
     got = [decoder.prefill(input_ids, mask)]
     for t in range(steps - 1):
         got.append(decoder.step(continuation[:, t]))

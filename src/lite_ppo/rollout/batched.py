@@ -8,9 +8,9 @@ from lite_ppo.ops.sampling import sample_next
 from lite_ppo.rollout.cached_decoder import CachedDecoder, decoder_stack
 from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig, eos_token_ids
 
-# Finished rows are dropped from the batch once they are a quarter of it: each drop copies the kept
+# Finished rows are dropped from the batch once they are a tenth of it: each drop copies the kept
 # rows' cache once, and every later step saves their attention and sampling.
-_COMPACT_AT = 0.75
+_COMPACT_AT = 0.9
 
 
 class BatchedEngine(RolloutEngine):
@@ -92,7 +92,7 @@ class BatchedEngine(RolloutEngine):
             attention_mask[row, width - len(ids) :] = 1
         rows = len(prompts) * per_prompt
         limit = sampling.max_new_tokens
-        decoder = CachedDecoder(self._policy, rows, width, limit)
+        decoder = CachedDecoder(self._policy, len(prompts), width, limit, repeat=per_prompt)
         tokens = torch.full((rows, limit), pad_id, dtype=torch.long, device=device)
         logprobs = torch.zeros((rows, limit), dtype=torch.float32, device=device)
         lengths = torch.full((rows,), limit, dtype=torch.long, device=device)  # limit: no EOS (truncated)
@@ -100,7 +100,7 @@ class BatchedEngine(RolloutEngine):
         eos = torch.tensor(eos_ids, device=device)
         active = torch.arange(rows, device=device)  # the original row of each row the decoder holds
         live = torch.ones(rows, dtype=torch.bool, device=device)  # ... and whether it is still open
-        logits = decoder.prefill(input_ids, attention_mask, repeat=per_prompt)
+        logits = decoder.prefill(input_ids, attention_mask)
         for t in range(limit):
             if sampling.greedy:
                 chosen = logits.argmax(dim=-1)

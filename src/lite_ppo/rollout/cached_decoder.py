@@ -1,19 +1,24 @@
-"""A Llama-family causal LM decoded with a preallocated KV cache: the whole batch, one token a step.
+"""A Llama-family causal LM decoded with preallocated KV caches: the whole batch, one token a step.
 
 transformers' ``generate`` spends most of a small model's decode step outside the model: it grows
 the KV cache by concatenation (every cached token copied every step), rebuilds masks and runs its
 processors per call. :class:`CachedDecoder` runs the same layers (their own modules: the norms,
-projections and MLP of the policy, LoRA adapters included) around a cache allocated once for the
-prompt width plus the token budget, so a decode step writes one column and attends over a view.
+projections and MLP of the policy, LoRA adapters included) around caches allocated once:
+
+- the **prompt cache** holds each prompt once, although ``repeat`` samples continue it: a decode
+  step reads it once per prompt, for all of that prompt's samples together (one matrix product
+  instead of ``repeat`` matrix-vector ones), where most of a step's memory traffic used to go;
+- the **response cache** holds each sample's own tokens, one column per step, and loses the rows of
+  finished samples when :meth:`CachedDecoder.keep` drops them.
 
 It reproduces ``generate``'s conventions, so its logits match the policy's own forward to rounding:
 left-padded prompts, position ids counted over each row's real tokens (pads masked out of attention),
 and the decoded tokens appended in one shared column per step.
 
 Example:
-    >>> decoder = CachedDecoder(policy, batch=8, width=12, new_tokens=80)      # doctest: +SKIP
-    >>> logits = decoder.prefill(input_ids, attention_mask)                     # doctest: +SKIP
-    >>> logits = decoder.step(next_tokens)                                      # doctest: +SKIP
+    >>> decoder = CachedDecoder(policy, prompts=4, width=12, new_tokens=80, repeat=8)   # doctest: +SKIP
+    >>> logits = decoder.prefill(input_ids, attention_mask)    # [4 * 8, V]              # doctest: +SKIP
+    >>> logits = decoder.step(next_tokens)                                                # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -48,17 +53,42 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def _plain(*modules: torch.nn.Module) -> bool:
+    """Plain linear layers (not LoRA-wrapped): their weights can be stacked into one matmul."""
+    return all(type(m) is torch.nn.Linear for m in modules)
+
+
+def _fused_qkv(attn: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """The q, k and v projections as one weight (and bias), so a step runs one matmul instead of three
+    (each output is the same dot product as before); None for adapted layers, which run as they are."""
+    parts = (attn.q_proj, attn.k_proj, attn.v_proj)
+    if not _plain(*parts):
+        return None
+    bias = torch.cat([p.bias for p in parts]) if all(p.bias is not None for p in parts) else None
+    return torch.cat([p.weight for p in parts]), bias
+
+
+def _fused_gate_up(mlp: torch.nn.Module) -> torch.Tensor | None:
+    """The gated MLP's gate and up projections as one weight (None: the MLP runs as it is)."""
+    gate, up = getattr(mlp, "gate_proj", None), getattr(mlp, "up_proj", None)
+    if gate is None or up is None or not _plain(gate, up, mlp.down_proj) or gate.bias is not None:
+        return None
+    return torch.cat([gate.weight, up.weight])
+
+
 class CachedDecoder:
-    """Prefill a left-padded batch of prompts, then decode one token per row and call.
+    """Prefill a left-padded batch of prompts, then decode one token per sample and call.
 
     Args:
         policy: a Llama-family causal LM (``SUPPORTED_MODEL_TYPES``), or a peft model around one.
-        batch: rows the cache holds (prompts are expanded to it with ``prefill(..., repeat=n)``).
+        prompts: the prompts of the batch.
         width: the prompt width (left-padded).
         new_tokens: the most tokens to decode after the prompt.
+        repeat: samples per prompt; sample ``j`` of prompt ``p`` is row ``p * repeat + j`` (as
+            ``generate``'s ``num_return_sequences``) until :meth:`keep` drops rows.
     """
 
-    def __init__(self, policy: torch.nn.Module, batch: int, width: int, new_tokens: int) -> None:
+    def __init__(self, policy: torch.nn.Module, prompts: int, width: int, new_tokens: int, repeat: int = 1) -> None:
         model = decoder_stack(policy)
         config = model.config
         window = getattr(config, "sliding_window", None)
@@ -70,110 +100,152 @@ class CachedDecoder:
         self.lm_head = model.get_output_embeddings()
         self.layers = list(self.body.layers)
         first = self.layers[0].self_attn
-        self.head_dim = first.head_dim
-        self.scaling = first.scaling
-        self.heads = config.num_attention_heads
-        self.kv_heads = config.num_key_value_heads
-        self.width = width
-        length = width + new_tokens
+        self.head_dim, self.scaling = first.head_dim, first.scaling
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.group = self.heads // self.kv_heads  # query heads per KV head (repeat_kv's pairing)
+        self.prompts, self.width, self.repeat, self.new_tokens = prompts, width, repeat, new_tokens
         param = next(model.parameters())
         self.dtype, self.device = param.dtype, param.device
-        shape = (batch, self.kv_heads, length, self.head_dim)
-        self.keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
-        self.values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
-        # cos/sin for every position a row can reach, from the model's own rotary module (any rope type)
-        positions = torch.arange(length, device=self.device)[None]
-        cos, sin = self.body.rotary_emb(self.keys[0][:1, 0], positions)
-        self.cos, self.sin = cos[0], sin[0]  # [length, head_dim]
-        self.key_valid = torch.zeros(batch, length, dtype=torch.bool, device=self.device)
-        self.next_position = torch.zeros(batch, dtype=torch.long, device=self.device)
-        self.column = 0
 
-    def _layer(self, index: int, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, rows: slice):
-        layer = self.layers[index]
-        attn = layer.self_attn
-        batch, seq, _ = hidden.shape
-        normed = layer.input_layernorm(hidden)
-        q = attn.q_proj(normed).view(batch, seq, self.heads, self.head_dim)
-        k = attn.k_proj(normed).view(batch, seq, self.kv_heads, self.head_dim)
-        v = attn.v_proj(normed).view(batch, seq, self.kv_heads, self.head_dim)
+        def caches(rows: int, columns: int) -> list[torch.Tensor]:
+            shape = (rows, self.kv_heads, columns, self.head_dim)
+            return [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+
+        self.prompt_keys, self.prompt_values = caches(prompts, width), caches(prompts, width)
+        self.keys, self.values = caches(prompts * repeat, new_tokens), caches(prompts * repeat, new_tokens)
+        # cos/sin for every position a row can reach, from the model's own rotary module (any rope type)
+        positions = torch.arange(width + new_tokens, device=self.device)[None]
+        cos, sin = self.body.rotary_emb(self.keys[0][:1, 0], positions)
+        self.cos, self.sin = cos[0], sin[0]  # [positions, head_dim]
+        self.fused = [(_fused_qkv(layer.self_attn), _fused_gate_up(layer.mlp)) for layer in self.layers]
+        self.qkv_sizes = [self.heads * self.head_dim, *[self.kv_heads * self.head_dim] * 2]
+        self.prompt_blocked = torch.zeros(prompts, width, dtype=torch.bool, device=self.device)  # left pads
+        self.slot = torch.arange(prompts * repeat, device=self.device)  # each live row's original row
+        self.next_position = torch.zeros(prompts * repeat, dtype=torch.long, device=self.device)
+        self.column = 0  # response tokens cached so far
+
+    # -- one layer ---------------------------------------------------------------------------------
+    def _project(self, index: int, normed: torch.Tensor):
+        """q [b, H, s, d] and k, v [b, kv heads, s, d], rotated q and k excepted."""
+        attn, (qkv, _) = self.layers[index].self_attn, self.fused[index]
+        batch, seq, _ = normed.shape
+        if qkv is not None:
+            q, k, v = F.linear(normed, *qkv).split(self.qkv_sizes, dim=-1)
+        else:
+            q, k, v = attn.q_proj(normed), attn.k_proj(normed), attn.v_proj(normed)
+        q = q.view(batch, seq, self.heads, self.head_dim)
+        k = k.view(batch, seq, self.kv_heads, self.head_dim)
+        v = v.view(batch, seq, self.kv_heads, self.head_dim)
         if hasattr(attn, "q_norm"):  # qwen3: RMS norm per head before the rotation
             q, k = attn.q_norm(q), attn.k_norm(k)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [b, 1, s, d]
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def _layer(self, index: int, hidden: torch.Tensor, rope: tuple, attend) -> torch.Tensor:
+        layer, (_, gate_up) = self.layers[index], self.fused[index]
+        batch, seq, _ = hidden.shape
+        q, k, v = self._project(index, layer.input_layernorm(hidden))
+        cos, sin = rope
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
-        end = self.column + seq
-        self.keys[index][rows, :, self.column : end] = k
-        self.values[index][rows, :, self.column : end] = v
-        keys, values = self.keys[index][rows, :, :end], self.values[index][rows, :, :end]
-        if seq == 1:
-            out = self._attend_one(q, keys, values, mask)
-        else:
-            out = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=mask, scale=self.scaling, enable_gqa=self.heads != self.kv_heads
-            )
-        hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
-        return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        out = attend(index, q, k, v)  # [b, H, s, d]
+        hidden = hidden + layer.self_attn.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
+        normed = layer.post_attention_layernorm(hidden)
+        if gate_up is None:
+            return hidden + layer.mlp(normed)
+        gate, up = F.linear(normed, gate_up).chunk(2, dim=-1)
+        return hidden + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
 
-    def _attend_one(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor):
-        """Attention of one query per row [b, H, 1, d] over the cached columns: two batched matmuls.
-        (CPU's fused attention kernel is tuned for long queries; for one it costs several times this.)
-        The query heads that share a KV head are stacked as that head's rows, as ``repeat_kv`` pairs
-        them, so the cache is never copied per head."""
-        batch = q.shape[0]
-        grouped = q.view(batch, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
-        scores = torch.matmul(grouped, keys.transpose(-1, -2)) * self.scaling
-        scores = scores.masked_fill(~mask, float("-inf"))
-        out = torch.matmul(scores.softmax(dim=-1), values)  # [b, kv heads, group, d]
-        return out.view(batch, self.heads, 1, self.head_dim)
-
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, rows: slice) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, attend) -> torch.Tensor:
+        """Logits [b, V] after the last column of ``ids`` [b, s], each layer attending with ``attend``."""
         hidden = self.body.embed_tokens(ids)
+        rope = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [b, 1, s, d], every layer's
         for index in range(len(self.layers)):
-            hidden = self._layer(index, hidden, positions, mask, rows)
+            hidden = self._layer(index, hidden, rope, attend)
         return self.lm_head(self.body.norm(hidden[:, -1])).float()
 
+    # -- the prompts -------------------------------------------------------------------------------
     @torch.inference_mode()
-    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, repeat: int = 1) -> torch.Tensor:
-        """Run the prompts [P, width] (left-padded; ``attention_mask`` 1 on real tokens), fill the cache
-        and return the logits [P * repeat, V] of the first response token; row ``p * repeat + j`` is
-        the ``j``-th copy of prompt ``p`` (as ``generate``'s ``num_return_sequences``)."""
-        prompts, width = input_ids.shape
-        if width != self.width or prompts * repeat != self.keys[0].shape[0]:
-            raise ValueError(f"prefill of {prompts} x {repeat} rows of width {width} into a cache for {self.width}")
+    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Run the prompts [prompts, width] (left-padded; ``attention_mask`` 1 on real tokens), fill the
+        prompt cache and return the logits [prompts * repeat, V] of every sample's first token."""
+        if tuple(input_ids.shape) != (self.prompts, self.width):
+            raise ValueError(f"prefill of {tuple(input_ids.shape)} into a cache for {(self.prompts, self.width)}")
         real = attention_mask.bool()
         positions = (real.long().cumsum(-1) - 1).clamp(min=0)
-        causal = torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
+        causal = torch.ones(self.width, self.width, dtype=torch.bool, device=self.device).tril()
         # A pad query attends to itself only, so no row of the softmax is empty (its output is never used).
-        mask = (causal & real[:, None, :]) | torch.eye(width, dtype=torch.bool, device=self.device)
-        logits = self._forward(input_ids, positions, mask[:, None], slice(0, prompts))
-        if repeat > 1:  # the copies share the prompt's cache: expand it in place, last row first
-            for cache in (*self.keys, *self.values):
-                cache[:] = cache[:prompts].repeat_interleave(repeat, dim=0)
-            logits = logits.repeat_interleave(repeat, dim=0)
-            real = real.repeat_interleave(repeat, dim=0)
-        self.key_valid[:, :width] = real
-        self.next_position[:] = real.sum(-1)
-        self.column = width
-        return logits
+        mask = ((causal & real[:, None, :]) | torch.eye(self.width, dtype=torch.bool, device=self.device))[:, None]
 
+        def attend(index, q, k, v):
+            self.prompt_keys[index].copy_(k)
+            self.prompt_values[index].copy_(v)
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, scale=self.scaling, enable_gqa=self.group > 1
+            )
+
+        logits = self._forward(input_ids, positions, attend)
+        self.prompt_blocked = ~real
+        self.next_position = real.sum(-1).repeat_interleave(self.repeat)
+        self.column = 0
+        return logits.repeat_interleave(self.repeat, dim=0)
+
+    # -- the responses -----------------------------------------------------------------------------
     def keep(self, rows: torch.Tensor) -> None:
-        """Drop the rows whose ``rows`` entry is False (finished sequences): later steps compute only
-        the rest, in their order. One copy of the cache's kept rows, so call it when many have ended."""
+        """Drop the rows whose ``rows`` entry is False (finished samples): later steps compute only the
+        rest, in their order. One copy of the kept rows' response cache, so call it when many ended."""
         self.keys = [cache[rows] for cache in self.keys]
         self.values = [cache[rows] for cache in self.values]
-        self.key_valid = self.key_valid[rows]
+        self.slot = self.slot[rows]
         self.next_position = self.next_position[rows]
+
+    def _attend_step(self, index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """One query per row [b, H, 1, d] over its prompt and its own response so far.
+
+        The prompt part runs per prompt: the queries of all its samples (a dropped sample's slot holds
+        zeros) as the rows of one matrix product with the prompt's keys, then each live row takes its
+        slot back. The response part is a matrix-vector product per row. Both score blocks share one
+        softmax, so the result is the attention over the concatenated keys."""
+        rows, end = q.shape[0], self.column + 1
+        self.keys[index][:, :, self.column] = k[:, :, 0]
+        self.values[index][:, :, self.column] = v[:, :, 0]
+        grouped = q.view(rows, self.kv_heads, self.group, self.head_dim) * self.scaling
+        slots = self.prompts * self.repeat
+        per_prompt = (self.prompts, self.repeat, self.kv_heads, self.group)
+        # prompt scores: [prompts, kv heads, width, repeat * group] -> each row's [kv heads, group, width]
+        queries = grouped.new_zeros(slots, self.kv_heads, self.group, self.head_dim).index_copy_(0, self.slot, grouped)
+        queries = (
+            queries.view(*per_prompt, self.head_dim)
+            .permute(0, 2, 4, 1, 3)
+            .reshape(self.prompts, self.kv_heads, self.head_dim, self.repeat * self.group)
+        )
+        prompt_scores = torch.matmul(self.prompt_keys[index], queries)
+        prompt_scores = prompt_scores.view(self.prompts, self.kv_heads, self.width, self.repeat, self.group)
+        prompt_scores = prompt_scores.permute(0, 3, 1, 4, 2).reshape(slots, self.kv_heads, self.group, self.width)
+        prompt_scores = prompt_scores[self.slot].masked_fill(
+            self.prompt_blocked[self.slot // self.repeat][:, None, None], float("-inf")
+        )
+        # response scores: keys @ q^T reads the strided column slice in place
+        own_keys, own_values = self.keys[index][:, :, :end], self.values[index][:, :, :end]
+        own_scores = torch.matmul(own_keys, grouped.transpose(-1, -2)).transpose(-1, -2)
+        weights = torch.cat([prompt_scores, own_scores], dim=-1).softmax(dim=-1)
+        prompt_weights, own_weights = weights.split([self.width, end], dim=-1)
+        out = torch.matmul(own_weights, own_values)  # [b, kv heads, group, d]
+        spread = prompt_weights.new_zeros(slots, self.kv_heads, self.group, self.width)
+        spread = spread.index_copy_(0, self.slot, prompt_weights).view(*per_prompt, self.width)
+        spread = spread.permute(0, 2, 1, 3, 4).reshape(
+            self.prompts, self.kv_heads, self.repeat * self.group, self.width
+        )
+        from_prompt = torch.matmul(spread, self.prompt_values[index])  # [prompts, kv heads, repeat * group, d]
+        from_prompt = from_prompt.view(self.prompts, self.kv_heads, self.repeat, self.group, self.head_dim)
+        from_prompt = from_prompt.permute(0, 2, 1, 3, 4).reshape(slots, self.kv_heads, self.group, self.head_dim)
+        return (out + from_prompt[self.slot]).view(rows, self.heads, 1, self.head_dim)
 
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Append one token per row [B] and return the logits [B, V] of the next one."""
-        if self.column >= self.keys[0].shape[2]:
+        """Append one token per live row [b] and return the logits [b, V] of the next one."""
+        if self.column >= self.new_tokens:
             raise ValueError("the decoder's cache is full: more steps than new_tokens")
-        self.key_valid[:, self.column] = True
-        mask = self.key_valid[:, None, None, : self.column + 1]
-        logits = self._forward(tokens[:, None], self.next_position[:, None], mask, slice(None))
+        logits = self._forward(tokens[:, None], self.next_position[:, None], self._attend_step)
         self.next_position += 1
         self.column += 1
         return logits
