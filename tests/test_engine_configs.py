@@ -106,3 +106,14 @@ def test_engine_fields_override_from_the_command_line():
         extra=("--rollout.engine.init_args.kv_cache_space_gib=0.5", "--rollout.engine.init_args.dtype=bfloat16"),
     )
     assert (engine.kv_cache_space_gib, engine.dtype) == (0.5, "bfloat16")
+
+
+def test_batched_config_and_the_testbeds_default():
+    from lite_ppo.rollout import BatchedEngine
+
+    engine = _engine("recipes/lite_ppo.yaml", "models/tiny.yaml", "engines/batched.yaml")
+    assert isinstance(engine, BatchedEngine) and engine.max_sequences == 1024 and engine.return_logprobs
+    testbed = _engine("recipes/lite_ppo.yaml", "models/testbed_base.yaml")
+    assert isinstance(testbed, BatchedEngine)
+    back = _engine("recipes/lite_ppo.yaml", "models/testbed_base.yaml", "engines/hf.yaml")
+    assert isinstance(back, HFEngine) and back.batch_size == 16  # the portable engine stays one file away

@@ -16,7 +16,7 @@ from statsmodels.stats.power import TTestIndPower, TTestPower
 
 from lite_ppo import metric_names as m
 from lite_ppo.research.bootstrap import BOOTSTRAP_METHOD, paired_bootstrap
-from lite_ppo.research.calibration import aa_split_rate, detection_rate
+from lite_ppo.research.calibration import aa_split_rate, detection_rate, split_detection_rate
 from lite_ppo.research.compare import main as compare_main
 from lite_ppo.research.plan import main as plan_main
 from lite_ppo.research.plan import plan
@@ -127,6 +127,24 @@ def test_positive_control_detection_rate_is_the_predicted_power():
     # Binomial SD over 1000 splits ~0.013; Welch vs the pooled t and subsampling a finite pool add a little.
     assert result["rate"] == pytest.approx(predicted, abs=0.05), (result, predicted)
     assert 0.6 < predicted < 0.95  # a regime where a wrong rate would show
+
+
+def test_split_detection_uses_disjoint_seeds_and_matches_the_predicted_power():
+    """Each seed scored under two conditions that differ by a shift; the seed's own level is shared by
+    both. Disjoint halves see that level as noise (the two-sample test's power at the total SD); halves
+    that shared seeds would cancel it (a paired design) and detect nearly always."""
+    rng = np.random.default_rng(3)
+    level = rng.normal(0.0, 1.0, size=32)  # the seed's own luck, common to its two scores
+    first, second = level + rng.normal(0, 0.1, 32), level + 0.9 + rng.normal(0, 0.1, 32)
+    d = (second.mean() - first.mean()) / math.sqrt((first.var(ddof=1) + second.var(ddof=1)) / 2)
+    predicted = TTestIndPower().power(effect_size=d, nobs1=16, alpha=0.05, ratio=1.0)
+    paired = TTestPower().power(effect_size=(second - first).mean() / (second - first).std(ddof=1), nobs=16, alpha=0.05)
+    result = split_detection_rate(first, second, 1000, rng)
+    # Splits of one set of 32 seeds: the rate scatters around the power more than 1000 trials would.
+    assert result["rate"] == pytest.approx(predicted, abs=0.12), (result, predicted)
+    assert predicted < 0.9 and paired > 0.999
+    no_shift = split_detection_rate(first, first + rng.normal(0, 0.1, 32), 1000, rng)
+    assert no_shift["rate"] < 0.15  # no difference: near the 5 % of an A/A split
 
 
 # -- the two-level bootstrap by problem ---------------------------------------------------------------------

@@ -2,6 +2,9 @@
 
 - :func:`aa_split_rate` (A/A): the seeds of one cell split at random into two halves, many times; every split
   compares two groups run the same way, so the share of splits with Welch p < alpha should be near alpha.
+- :func:`split_detection_rate` (positive control from one set of runs): each seed scored under two
+  conditions (e.g. its held-out accuracy at step 10 and at step 20); every split gives one half of the
+  seeds the first condition and the other half the second, so the two groups never share a seed.
 - :func:`detection_rate` (positive control): two cells that differ by a known change (10 vs 20 training
   steps, a halved learning rate), random ``half``-vs-``half`` subsamples; the share detected is the power at
   that n, to hold against the planner's prediction (:mod:`lite_ppo.research.power`).
@@ -25,7 +28,7 @@ from scipy import stats
 
 from lite_ppo.research.power import ALPHA
 
-__all__ = ["aa_split_rate", "detection_rate"]
+__all__ = ["aa_split_rate", "detection_rate", "split_detection_rate"]
 
 
 def _rate(p: np.ndarray, alpha: float) -> dict[str, Any]:
@@ -69,3 +72,21 @@ def detection_rate(
     pick_a = rng.permuted(np.tile(np.arange(a.size), (n_splits, 1)), axis=1)[:, :half]
     pick_b = rng.permuted(np.tile(np.arange(b.size), (n_splits, 1)), axis=1)[:, :half]
     return _rate(_welch_p(a[pick_a], b[pick_b]), alpha)
+
+
+def split_detection_rate(
+    first: list[float] | np.ndarray,
+    second: list[float] | np.ndarray,
+    n_splits: int,
+    rng: np.random.Generator,
+    alpha: float = ALPHA,
+) -> dict[str, Any]:
+    """``{"rate", "ci", "detected", "n_splits"}``: seed ``i`` scored ``first[i]`` under one condition and
+    ``second[i]`` under the other; each split draws a random half of the seeds for ``first`` and gives the
+    rest (an odd seed out is left out) ``second``; the share of splits with Welch p < ``alpha``."""
+    a, b = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
+    if a.shape != b.shape or a.size < 4:
+        raise ValueError(f"expected the same seeds under both conditions, at least 4, got {a.size} and {b.size}")
+    half = a.size // 2
+    order = rng.permuted(np.tile(np.arange(a.size), (n_splits, 1)), axis=1)
+    return _rate(_welch_p(a[order[:, :half]], b[order[:, half : 2 * half]]), alpha)

@@ -1,0 +1,124 @@
+"""The instrument calibrated on real testbed runs (protocol: docs/research.md, "Calibration of the instrument
+on the testbed"; results: docs/benchmarks.md).
+
+    python benchmarks/calibration_study.py runs/calibration            # the runs of the protocol's sweep
+    python benchmarks/calibration_study.py runs/calibration --json out.json
+
+Reads every run under the folder (one cell, many seeds) and prints:
+
+1. each seed's pooled held-out accuracy at the last evaluation and at the middle one (step 10 of 20);
+2. **A/A**: random 16-vs-16 splits of the last scores, the share with Welch p < 0.05 (Clopper-Pearson 95 %
+   interval); the same with the two-level bootstrap paired by problem on fewer splits;
+3. **positive control**: splits with one half of the seeds scored at the middle evaluation and the other
+   half at the last, the share detected, against the power statsmodels predicts for the observed
+   difference and SD at that n;
+4. **resolution**: the SD over seeds, the MDE at 16 against 16 seeds, the seeds per cell for an MDE of
+   0.02, and the wall time of the runs (``run.json`` start to end; the sweep ran them two at a time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from lite_ppo.research.bootstrap import paired_bootstrap
+from lite_ppo.research.calibration import aa_split_rate, split_detection_rate
+from lite_ppo.research.power import mde_two_groups, seeds_for_two_groups
+from lite_ppo.research.problem_results import correctness_matrix, read_problem_results
+from lite_ppo.research.run_record import read_run_record
+from lite_ppo.research.scalars import read_scalars
+from lite_ppo.research.scores import POOLED_VAL, score_series
+
+SPLITS = 2000
+BOOTSTRAP_SPLITS = 200
+
+
+def _runs(root: Path) -> list[Path]:
+    return sorted(
+        p.parent for p in root.rglob("run.json") if (read_run_record(p.parent) or {}).get("status") == "finished"
+    )
+
+
+def _seconds(run: Path) -> float | None:
+    record = read_run_record(run) or {}
+    try:
+        return (datetime.fromisoformat(record["ended"]) - datetime.fromisoformat(record["started"])).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _fmt_rate(result: dict) -> str:
+    low, high = result["ci"]
+    return f"{result['rate']:.3f} (95 % CI {low:.3f}-{high:.3f}; {result['detected']} of {result['n_splits']})"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    from statsmodels.stats.power import TTestIndPower
+
+    runs = _runs(args.root)
+    last, middle, problems = [], [], []
+    for run in runs:
+        series = score_series(read_scalars(run), POOLED_VAL)
+        if series is None or len(series.values) < 2:
+            continue
+        last.append(float(series.values[-1]))
+        middle.append(float(series.values[-2]))
+        problems.append(read_problem_results(run))
+    last_a, middle_a = np.array(last), np.array(middle)
+    n, half = len(last), len(last) // 2
+    print(f"{n} runs with two held-out evaluations under {args.root}")
+    print(
+        f"pooled held-out accuracy, last evaluation: mean {last_a.mean():.4f}, SD over seeds {last_a.std(ddof=1):.4f}"
+    )
+    print(f"pooled held-out accuracy, middle evaluation: mean {middle_a.mean():.4f}, SD {middle_a.std(ddof=1):.4f}")
+    rng = np.random.default_rng(0)
+    aa = aa_split_rate(last_a, SPLITS, rng)
+    print(f"A/A, Welch, {half} vs {half} seeds: share with p < 0.05 = {_fmt_rate(aa)}")
+    report = {"runs": n, "last": last, "middle": middle, "aa_welch": aa}
+    if all(p is not None for p in problems):
+        ids = sorted(set.intersection(*(set(p) for p in problems)))
+        matrix = correctness_matrix(problems, ids)
+        detected = 0
+        for _ in range(BOOTSTRAP_SPLITS):
+            order = rng.permutation(n)
+            result = paired_bootstrap(matrix[order[:half]], matrix[order[half : 2 * half]], rng=rng, rounds=1000)
+            detected += result["p"] < 0.05
+        from scipy import stats
+
+        ci = stats.binomtest(detected, BOOTSTRAP_SPLITS).proportion_ci(method="exact")
+        boot = {"rate": detected / BOOTSTRAP_SPLITS, "ci": [ci.low, ci.high], "detected": detected,
+                "n_splits": BOOTSTRAP_SPLITS}  # fmt: skip
+        print(f"A/A, two-level bootstrap paired by problem ({len(ids)} problems): {_fmt_rate(boot)}")
+        report["aa_bootstrap"] = boot
+    positive = split_detection_rate(last_a, middle_a, SPLITS, rng)
+    effect = float(last_a.mean() - middle_a.mean())
+    sd = float(np.sqrt((last_a.var(ddof=1) + middle_a.var(ddof=1)) / 2))
+    predicted = float(TTestIndPower().power(effect_size=abs(effect) / sd, nobs1=half, alpha=0.05, ratio=1.0))
+    print(
+        f"positive control (step 20 against step 10, {half} vs {half} disjoint seeds): difference {effect:+.4f}, "
+        f"detected in {_fmt_rate(positive)}; predicted power {predicted:.3f}"
+    )
+    mde = mde_two_groups(half, half, float(last_a.std(ddof=1)))
+    seeds = seeds_for_two_groups(0.02, float(last_a.std(ddof=1)))
+    walls = [s for s in map(_seconds, runs) if s is not None]
+    print(
+        f"resolution: MDE at {half} vs {half} seeds {mde:.4f}; seeds per cell for an MDE of 0.02: {seeds}; "
+        f"run wall time median {statistics.median(walls):.0f} s (two side by side), {len(walls)} runs"
+    )
+    report.update(positive=positive, effect=effect, predicted_power=predicted, mde_16=mde, seeds_for_002=seeds,
+                  run_seconds_median=statistics.median(walls))  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
