@@ -61,21 +61,28 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", type=Path)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--first", type=int, default=None, help="A/A and positive control on the seeds below this (default: all)"
+    )
     args = parser.parse_args(argv)
     from statsmodels.stats.power import TTestIndPower
 
     runs = _runs(args.root)
-    last, middle, problems = [], [], []
+    rows = []
     for run in runs:
         series = score_series(read_scalars(run), POOLED_VAL)
         if series is None or len(series.values) < 2:
             continue
-        last.append(float(series.values[-1]))
-        middle.append(float(series.values[-2]))
-        problems.append(read_problem_results(run))
+        seed = (read_run_record(run) or {}).get("seed")
+        rows.append((seed, float(series.values[-1]), float(series.values[-2]), read_problem_results(run), run))
+    rows.sort(key=lambda row: row[0])
+    everything = np.array([row[1] for row in rows])
+    if args.first:  # the protocol's seeds for A/A and the positive control; the resolution uses all
+        rows = [row for row in rows if row[0] < args.first]
+    last, middle, problems = [row[1] for row in rows], [row[2] for row in rows], [row[3] for row in rows]
     last_a, middle_a = np.array(last), np.array(middle)
     n, half = len(last), len(last) // 2
-    print(f"{n} runs with two held-out evaluations under {args.root}")
+    print(f"{n} runs with two held-out evaluations under {args.root} (A/A and positive control)")
     print(
         f"pooled held-out accuracy, last evaluation: mean {last_a.mean():.4f}, SD over seeds {last_a.std(ddof=1):.4f}"
     )
@@ -107,15 +114,17 @@ def main(argv: list[str] | None = None) -> None:
         f"positive control (step 20 against step 10, {half} vs {half} disjoint seeds): difference {effect:+.4f}, "
         f"detected in {_fmt_rate(positive)}; predicted power {predicted:.3f}"
     )
-    mde = mde_two_groups(half, half, float(last_a.std(ddof=1)))
-    seeds = seeds_for_two_groups(0.02, float(last_a.std(ddof=1)))
+    sd_all, n_all = float(everything.std(ddof=1)), len(everything)
+    mde = mde_two_groups(n_all // 2, n_all // 2, sd_all)
+    seeds = seeds_for_two_groups(0.02, sd_all)
     walls = [s for s in map(_seconds, runs) if s is not None]
     print(
-        f"resolution: MDE at {half} vs {half} seeds {mde:.4f}; seeds per cell for an MDE of 0.02: {seeds}; "
-        f"run wall time median {statistics.median(walls):.0f} s (two side by side), {len(walls)} runs"
+        f"resolution ({n_all} runs): SD over seeds {sd_all:.4f}; MDE at {n_all // 2} vs {n_all // 2} seeds {mde:.4f}; "
+        f"seeds per cell for an MDE of 0.02: {seeds}; run wall time median {statistics.median(walls):.0f} s "
+        f"(run.json start to end), {len(walls)} runs"
     )
-    report.update(positive=positive, effect=effect, predicted_power=predicted, mde_16=mde, seeds_for_002=seeds,
-                  run_seconds_median=statistics.median(walls))  # fmt: skip
+    report.update(positive=positive, effect=effect, predicted_power=predicted, sd_all=sd_all, runs_all=n_all,
+                  mde_half=mde, seeds_for_002=seeds, run_seconds_median=statistics.median(walls))  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
@@ -56,8 +58,8 @@ class KLCov(Technique):
     def __init__(self, share: float = 2e-3, coef: float = 1.0) -> None:
         if not 0 < share <= 1:
             raise UserError(f"KLCov.share must be in (0, 1] (the paper: 2e-3), got {share}")
-        if not coef >= 0:
-            raise UserError(f"KLCov.coef must be >= 0 (the paper: 1), got {coef}")
+        if not 0 <= coef < math.inf:
+            raise UserError(f"KLCov.coef must be a finite number >= 0 (the paper: 1), got {coef}")
         self.share, self.coef = float(share), float(coef)
         self.penalized: torch.Tensor | None = None  # [B, R] bool: this step's selection on this rank
 

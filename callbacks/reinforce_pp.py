@@ -3,6 +3,7 @@ KL-shaped) return (docs/method.md, "REINFORCE++")."""
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -19,6 +20,9 @@ from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique
 
 WEIGHTINGS = ("token", "sample")
+
+
+KL_CLAMP = 10.0  # per-token bound on the KL estimate of the shaped return (OpenRLHF's compute_approx_kl: +-10)
 
 
 class ReinforcePlusPlus(Technique):
@@ -74,10 +78,10 @@ class ReinforcePlusPlus(Technique):
     ) -> None:
         if weighting not in WEIGHTINGS:
             raise UserError(f"ReinforcePlusPlus.weighting={weighting!r}: choose token or sample")
-        if not eps >= 0:
-            raise UserError(f"ReinforcePlusPlus.eps={eps}: must be >= 0")
-        if not kl_coef >= 0:
-            raise UserError(f"ReinforcePlusPlus.kl_coef={kl_coef}: must be >= 0")
+        if not 0 <= eps < math.inf:
+            raise UserError(f"ReinforcePlusPlus.eps={eps}: must be >= 0 and finite")
+        if not 0 <= kl_coef < math.inf:
+            raise UserError(f"ReinforcePlusPlus.kl_coef={kl_coef}: must be >= 0 and finite")
         if kl_estimator not in KL_ESTIMATORS:
             raise UserError(
                 f"ReinforcePlusPlus.kl_estimator={kl_estimator!r}: choose one of {', '.join(KL_ESTIMATORS)}"
@@ -139,12 +143,16 @@ class ReinforcePlusPlus(Technique):
         mask = batch.response_mask
         # pi_old is the policy as it is now (no optimizer step yet this step) and the reference its
         # frozen start: the per-token KL the return is shaped with.
-        kl = kl_estimate(
+        raw = kl_estimate(
             module.sequence_logprobs(batch),
             self._reference.logprobs_by_micro_batch(module, batch),
             self.kl_estimator,
             clamp=None,
         )
+        # Each token's estimate bounded as the reference implementation bounds it: one token far from the
+        # reference (k3 grows as exp of the log-ratio) would otherwise outweigh the outcome reward.
+        kl = raw.clamp(-KL_CLAMP, KL_CLAMP)
+        module.step_metrics.mean("reinforce_pp/kl_clamped_share", ((raw.abs() > KL_CLAMP) * mask).sum(), mask.sum())
         returns = kl_shaped_returns(outcome, kl, mask, self.kl_coef)
         tokens = returns[mask.bool()]
         # Every rank's response tokens (their counts differ): the statistics of the whole global batch.

@@ -175,7 +175,7 @@ def test_without_kl_the_shaped_return_is_the_token_weighted_outcome_form(rows, g
     torch.testing.assert_close(per_token, outcome.repeat_interleave(torch.tensor(lengths)))
 
 
-def _perturbed_copy(model_path: str, out) -> str:
+def _perturbed_copy(model_path: str, out, scale: float = 0.05) -> str:
     """A reference that differs from the policy: the tiny model with every weight moved by noise."""
     from transformers import AutoModelForCausalLM
 
@@ -183,7 +183,7 @@ def _perturbed_copy(model_path: str, out) -> str:
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for p in model.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+            p.add_(scale * torch.randn(p.shape, generator=generator))
     model.save_pretrained(out)
     return str(out)
 
@@ -216,6 +216,41 @@ def test_kl_shaped_step_through_the_module(tiny_model_path, tmp_path):
         assert torch.all(got[i, n:] == 0)
     tokens = [k for row in kl_rows for k in row]
     assert logged(tmp_path / "logs")["reinforce_pp/ref_kl"] == pytest.approx(statistics.fmean(tokens), abs=1e-5)
+
+
+@pytest.mark.numerics
+def test_a_far_reference_is_clamped_per_token_and_counted(tiny_model_path, tmp_path):
+    """k3 with a reference far from the policy: each token's estimate is bounded at 10 (as the reference
+    implementation bounds it) instead of exp(log-ratio), the advantages are the written-out reference's
+    on the clamped values, and the logged share of clamped tokens is the share computed here."""
+    import math
+
+    from transformers import AutoModelForCausalLM
+
+    from helpers.packed_batches import reference_logprobs
+
+    reference_path = _perturbed_copy(tiny_model_path, tmp_path / "reference", scale=0.5)
+    beta = 0.5
+    techniques = [
+        ReinforcePlusPlus(kl_coef=beta, kl_estimator="k3", reference_path=reference_path),
+        LossAggregation("token-mean"),
+    ]
+    record = fit_step(tiny_model_path, techniques, log_dir=tmp_path / "logs")
+    batch = rollout()
+    with torch.no_grad():
+        old = reference_logprobs(AutoModelForCausalLM.from_pretrained(tiny_model_path), batch)
+        ref = reference_logprobs(AutoModelForCausalLM.from_pretrained(reference_path), batch)
+    raw = [[math.exp(r - o) - (r - o) - 1 for o, r in zip(old[i, :n].tolist(), ref[i, :n].tolist())]
+           for i, n in enumerate(LENGTHS)]  # fmt: skip
+    flat = [k for row in raw for k in row]
+    clamped_share = sum(k > 10 for k in flat) / len(flat)
+    assert 0 < clamped_share < 1 and max(flat) > 20  # some tokens far out (k3 grows as exp of the log-ratio)
+    expected = shaped_reference(REWARDS, [[min(k, 10.0) for k in row] for row in raw], beta)
+    got = record.batch.advantages
+    assert torch.isfinite(got).all()
+    for i, n in enumerate(LENGTHS):
+        torch.testing.assert_close(got[i, :n], torch.tensor(expected[i], dtype=torch.float32), rtol=1e-4, atol=1e-4)
+    assert logged(tmp_path / "logs")["reinforce_pp/kl_clamped_share"] == pytest.approx(clamped_share, abs=1e-6)
 
 
 def test_kl_shaped_settings_are_checked_in_one_line():

@@ -12,13 +12,17 @@ from hypothesis import strategies as st
 
 from helpers.technique_batches import CaptureModule, make_batch
 from lite_ppo.callbacks import (
+    SAPO,
     AdvantageNormalization,
     ClipHigher,
     DynamicSampling,
+    EntropyBonus,
+    KLCov,
     KLPenalty,
     LossAggregation,
     OverlongFilter,
     OverlongRewardShaping,
+    ReinforcePlusPlus,
 )
 from lite_ppo.errors import UserError
 from lite_ppo.ops import aggregate_loss, clipped_surrogate, normalized_advantages
@@ -430,3 +434,16 @@ def test_kl_reference_is_the_initial_policy(tiny_model_path):
     assert float(metrics.compute(Ranks(None))["kl/ref_kl"]) == pytest.approx(float(expected.mean() / 0.5), rel=1e-4)
     kl.on_fit_end(None, module)
     assert kl.reference is None
+
+
+@pytest.mark.parametrize(
+    ("technique", "option"),
+    [(EntropyBonus, "coef"), (KLCov, "coef"), (SAPO, "tau_pos"), (SAPO, "tau_neg"), (ReinforcePlusPlus, "kl_coef")],
+)
+@pytest.mark.parametrize("value", [math.inf, math.nan])
+def test_an_infinite_or_nan_coefficient_is_refused_in_one_line(technique, option, value):
+    """An infinite coefficient made every optimizer step non-finite (skipped by the divergence guard): the
+    run ended 0 having trained nothing. It is refused when the technique is built, naming the option."""
+    with pytest.raises((UserError, ValueError), match=option) as error:
+        technique(**{option: value})
+    assert "\n" not in str(error.value)

@@ -298,6 +298,8 @@ TECHNIQUE_SCALARS: dict[str, dict[str, str]] = {
         "reinforce_pp/return_std": "their standard deviation (Bessel), the scale the advantages divide by",
         "reinforce_pp/ref_kl": "with `kl_coef` > 0: mean per-token KL estimate log pi_old - log pi_ref (k1) the "
         "returns are shaped with",
+        "reinforce_pp/kl_clamped_share": "with `kl_coef` > 0: share of response tokens whose KL estimate was beyond "
+        "+-10 and clamped there (a reference far from the policy)",
     },
     "EntropyBonus": {
         ENTROPY_BONUS_COEF: "the entropy coefficient c this step's loss used (moves with a target entropy)",

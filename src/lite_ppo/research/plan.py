@@ -45,6 +45,9 @@ from lite_ppo.research.scores import POOLED_VAL, CheckpointRule, default_score, 
 __all__ = ["main", "plan", "wall_seconds"]
 
 
+WHOLE_RUN = "run.json start to end"
+
+
 def wall_seconds(run: Run, table: ScalarTable) -> tuple[float | None, str | None]:
     """``(seconds, source)`` of one run: ``run.json``'s ``started`` to ``ended``, else the sum of its
     ``time/step_s``; ``(None, None)`` when it has neither."""
@@ -52,7 +55,7 @@ def wall_seconds(run: Run, table: ScalarTable) -> tuple[float | None, str | None
     try:
         start, end = datetime.fromisoformat(record["started"]), datetime.fromisoformat(record["ended"])
         if end > start:
-            return (end - start).total_seconds(), "run.json start to end"
+            return (end - start).total_seconds(), WHOLE_RUN
     except (KeyError, TypeError, ValueError):
         pass
     steps = table.get(names.STEP_SECONDS)
@@ -111,6 +114,8 @@ def plan(
     if sd == 0:
         raise UserError(f"the score `{rule.score}` is the same for every seed (SD 0): nothing to plan from")
     walls = [wall_seconds(run, tables[run.path]) for run in runs]
+    if any(source == WHOLE_RUN for _, source in walls):  # runs still going (no end yet) would count short
+        walls = [(seconds, source) for seconds, source in walls if source == WHOLE_RUN]
     known = [seconds for seconds, _ in walls if seconds is not None]
     pilot_n = max(len(v) for v in scores.values())
     out: dict[str, Any] = {

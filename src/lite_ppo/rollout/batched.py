@@ -6,14 +6,14 @@ import torch
 
 from lite_ppo.ops.sampling import sample_next
 from lite_ppo.rollout.cached_decoder import CachedDecoder, decoder_stack
-from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig, eos_token_ids
+from lite_ppo.rollout.engine import Generation, LivePolicyEngine, SamplingConfig, with_greedy_copies
 
 # Finished rows are dropped from the batch once they are a tenth of it: each drop copies the kept
 # rows' cache once, and every later step saves their attention and sampling.
 _COMPACT_AT = 0.9
 
 
-class BatchedEngine(RolloutEngine):
+class BatchedEngine(LivePolicyEngine):
     """Samples with the live policy, all of a step's sequences decoded together (Llama-family models).
 
     The prompts are left-padded and prefilled once each; their ``n`` samples share that prefill and
@@ -45,51 +45,22 @@ class BatchedEngine(RolloutEngine):
             raise ValueError(f"BatchedEngine.max_sequences must be >= 1, got {max_sequences}")
         self.max_sequences = max_sequences
         self.return_logprobs = return_logprobs
-        self._policy: torch.nn.Module | None = None
-        self._tokenizer = None
-
-    @property
-    def shares_policy_weights(self) -> bool:
-        return True
 
     def setup(self, policy: torch.nn.Module, tokenizer, model_path: str) -> None:
         decoder_stack(policy)  # refuses an architecture it cannot decode, at the first rollout
-        self._policy = policy
-        self._tokenizer = tokenizer
+        super().setup(policy, tokenizer, model_path)
 
-    def generate(
-        self, prompt_token_ids: list[list[int]], sampling: SamplingConfig, seed: int | None = None
-    ) -> list[list[Generation]]:
-        if self._policy is None:
-            raise RuntimeError("BatchedEngine.generate called before setup()")
-        if seed is not None:
-            torch.manual_seed(seed)
-        eos_ids = eos_token_ids(self._policy, self._tokenizer)
-        per_prompt = 1 if sampling.greedy else sampling.n  # greedy samples are identical: decode one
-        prompts_per_chunk = max(1, self.max_sequences // per_prompt)
-        out: list[list[Generation]] = []
-        was_training = self._policy.training
-        self._policy.eval()
-        try:
-            for start in range(0, len(prompt_token_ids), prompts_per_chunk):
-                chunk = prompt_token_ids[start : start + prompts_per_chunk]
-                out.extend(self._generate_chunk(chunk, sampling, per_prompt, eos_ids))
-        finally:
-            self._policy.train(was_training)
-        return out
+    def prompts_per_call(self, sampling: SamplingConfig) -> int:
+        return max(1, self.max_sequences // (1 if sampling.greedy else sampling.n))
 
     @torch.inference_mode()
     def _generate_chunk(
-        self, prompts: list[list[int]], sampling: SamplingConfig, per_prompt: int, eos_ids: list[int]
+        self, prompts: list[list[int]], sampling: SamplingConfig, eos_ids: list[int]
     ) -> list[list[Generation]]:
-        device = next(self._policy.parameters()).device
-        pad_id = self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else eos_ids[0]
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
-        attention_mask = torch.zeros_like(input_ids)
-        for row, ids in enumerate(prompts):  # left padding: the response starts at column `width`
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, width - len(ids) :] = 1
+        per_prompt = 1 if sampling.greedy else sampling.n  # greedy samples are identical: decode one
+        pad_id = self._pad_id(eos_ids)
+        input_ids, attention_mask = self._left_padded(prompts, pad_id)
+        device, width = input_ids.device, input_ids.shape[1]
         rows = len(prompts) * per_prompt
         limit = sampling.max_new_tokens
         decoder = CachedDecoder(self._policy, len(prompts), width, limit, repeat=per_prompt)
@@ -143,7 +114,5 @@ class BatchedEngine(RolloutEngine):
                         logprobs=logprob_rows[row][:end] if report else None,
                     )
                 )
-            if sampling.greedy:  # n independent copies of the one greedy response
-                group += [Generation(list(group[0].token_ids), group[0].finished) for _ in range(sampling.n - 1)]
-            result.append(group)
+            result.append(with_greedy_copies(group, sampling))
         return result

@@ -110,3 +110,68 @@ def eos_token_ids(policy: torch.nn.Module, tokenizer) -> list[int]:
             "the model has no EOS token (neither generation_config.eos_token_id nor tokenizer.eos_token_id)"
         )
     return ids
+
+
+class LivePolicyEngine(RolloutEngine):
+    """An engine that samples with the training policy itself (nothing to sync): it holds the policy and
+    tokenizer, puts the policy in eval mode for ``generate`` and hands it the prompts in chunks of
+    :meth:`prompts_per_call`. Subclasses decode one chunk in :meth:`_generate_chunk`."""
+
+    _policy: torch.nn.Module | None = None
+    _tokenizer = None
+
+    @property
+    def shares_policy_weights(self) -> bool:
+        return True
+
+    def setup(self, policy: torch.nn.Module, tokenizer, model_path: str) -> None:
+        self._policy = policy
+        self._tokenizer = tokenizer
+
+    def prompts_per_call(self, sampling: SamplingConfig) -> int:
+        """How many prompts one :meth:`_generate_chunk` call decodes."""
+        raise NotImplementedError
+
+    def _generate_chunk(self, prompts: list[list[int]], sampling: SamplingConfig, eos_ids: list[int]):
+        raise NotImplementedError
+
+    def generate(
+        self, prompt_token_ids: list[list[int]], sampling: SamplingConfig, seed: int | None = None
+    ) -> list[list[Generation]]:
+        if self._policy is None:
+            raise RuntimeError(f"{type(self).__name__}.generate called before setup()")
+        if seed is not None:
+            torch.manual_seed(seed)
+        eos_ids = eos_token_ids(self._policy, self._tokenizer)
+        size = self.prompts_per_call(sampling)
+        out: list[list[Generation]] = []
+        was_training = self._policy.training
+        self._policy.eval()
+        try:
+            for start in range(0, len(prompt_token_ids), size):
+                out.extend(self._generate_chunk(prompt_token_ids[start : start + size], sampling, eos_ids))
+        finally:
+            self._policy.train(was_training)
+        return out
+
+    def _pad_id(self, eos_ids: list[int]) -> int:
+        return self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else eos_ids[0]
+
+    def _left_padded(self, prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(input_ids, attention_mask)`` [prompts, width] on the policy's device, left-padded: every
+        response starts at column ``width``."""
+        device = next(self._policy.parameters()).device
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
+        attention_mask = torch.zeros_like(input_ids)
+        for row, ids in enumerate(prompts):
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, width - len(ids) :] = 1
+        return input_ids, attention_mask
+
+
+def with_greedy_copies(group: list[Generation], sampling: SamplingConfig) -> list[Generation]:
+    """Greedy samples are identical, so engines decode one per prompt: here the ``n - 1`` copies."""
+    if not sampling.greedy:
+        return group
+    return group + [Generation(list(group[0].token_ids), group[0].finished) for _ in range(sampling.n - 1)]

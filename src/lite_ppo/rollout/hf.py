@@ -7,10 +7,10 @@ from collections.abc import Callable
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig, eos_token_ids
+from lite_ppo.rollout.engine import Generation, LivePolicyEngine, SamplingConfig, with_greedy_copies
 
 
-class HFEngine(RolloutEngine):
+class HFEngine(LivePolicyEngine):
     """Samples with the training policy itself through ``model.generate``.
 
     Prompts are batched with left padding, ``n`` samples per prompt; generation stops at EOS or
@@ -30,47 +30,17 @@ class HFEngine(RolloutEngine):
         if batch_size < 1:
             raise ValueError(f"HFEngine.batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
-        self._policy: torch.nn.Module | None = None
-        self._tokenizer = None
 
-    @property
-    def shares_policy_weights(self) -> bool:
-        return True
-
-    def setup(self, policy: torch.nn.Module, tokenizer, model_path: str) -> None:
-        self._policy = policy
-        self._tokenizer = tokenizer
-
-    def generate(
-        self, prompt_token_ids: list[list[int]], sampling: SamplingConfig, seed: int | None = None
-    ) -> list[list[Generation]]:
-        if self._policy is None:
-            raise RuntimeError("HFEngine.generate called before setup()")
-        if seed is not None:
-            torch.manual_seed(seed)
-        eos_ids = eos_token_ids(self._policy, self._tokenizer)
-        out: list[list[Generation]] = []
-        was_training = self._policy.training
-        self._policy.eval()
-        try:
-            for start in range(0, len(prompt_token_ids), self.batch_size):
-                out.extend(self._generate_chunk(prompt_token_ids[start : start + self.batch_size], sampling, eos_ids))
-        finally:
-            self._policy.train(was_training)
-        return out
+    def prompts_per_call(self, sampling: SamplingConfig) -> int:
+        return self.batch_size
 
     @torch.no_grad()
     def _generate_chunk(
         self, prompts: list[list[int]], sampling: SamplingConfig, eos_ids: list[int]
     ) -> list[list[Generation]]:
-        pad_id = self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else eos_ids[0]
-        width = max(len(p) for p in prompts)
-        device = next(self._policy.parameters()).device
-        input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
-        attention_mask = torch.zeros_like(input_ids)
-        for row, ids in enumerate(prompts):  # left padding: the response starts at column `width`
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, width - len(ids) :] = 1
+        pad_id = self._pad_id(eos_ids)
+        input_ids, attention_mask = self._left_padded(prompts, pad_id)
+        width = input_ids.shape[1]
         # Greedy samples are identical: generate one per prompt and copy it n times.
         per_prompt = 1 if sampling.greedy else sampling.n
         kwargs = dict(
@@ -100,9 +70,7 @@ class HFEngine(RolloutEngine):
                 end = next((i for i, t in enumerate(tokens) if t in eos), None)
                 # generate pads finished rows; cut after the first EOS, keep the EOS itself
                 group.append(Generation(tokens[: end + 1], True) if end is not None else Generation(tokens, False))
-            if sampling.greedy:  # n independent copies of the one greedy response
-                group += [Generation(list(group[0].token_ids), group[0].finished) for _ in range(sampling.n - 1)]
-            result.append(group)
+            result.append(with_greedy_copies(group, sampling))
         return result
 
 
