@@ -59,12 +59,12 @@ class EntropyBonus(Technique):
             raise UserError(f"EntropyBonus.rule={rule!r}: choose additive or multiplicative")
         rate = DEFAULT_RATES[rule] if rate is None else rate
         if not 0 <= coef < math.inf:
-            raise UserError(f"EntropyBonus.coef={coef}: must be a finite number >= 0")
+            raise UserError(f"EntropyBonus.coef={coef}: must be >= 0 and finite")
         if target_entropy is not None:
             if not 0 < target_entropy < math.inf:
                 raise UserError(f"EntropyBonus.target_entropy={target_entropy}: must be > 0 nats per token, or null")
             if not 0 < rate < math.inf:
-                raise UserError(f"EntropyBonus.rate={rate}: must be a finite number > 0")
+                raise UserError(f"EntropyBonus.rate={rate}: must be > 0 and finite")
             if not 0 <= min_coef <= coef <= max_coef < math.inf:
                 raise UserError(
                     f"EntropyBonus: need 0 <= min_coef <= coef <= max_coef, got {min_coef}, {coef}, {max_coef}"

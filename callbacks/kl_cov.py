@@ -59,7 +59,7 @@ class KLCov(Technique):
         if not 0 < share <= 1:
             raise UserError(f"KLCov.share must be in (0, 1] (the paper: 2e-3), got {share}")
         if not 0 <= coef < math.inf:
-            raise UserError(f"KLCov.coef must be a finite number >= 0 (the paper: 1), got {coef}")
+            raise UserError(f"KLCov.coef must be >= 0 and finite (the paper: 1), got {coef}")
         self.share, self.coef = float(share), float(coef)
         self.penalized: torch.Tensor | None = None  # [B, R] bool: this step's selection on this rank
 

@@ -43,7 +43,7 @@ class SAPO(Technique):
     def __init__(self, tau_pos: float = SAPO_TAU_POS, tau_neg: float = SAPO_TAU_NEG) -> None:
         for name, tau in (("tau_pos", tau_pos), ("tau_neg", tau_neg)):
             if not 0 < tau < math.inf:
-                raise ValueError(f"SAPO.{name} must be a finite number > 0, got {tau}")
+                raise ValueError(f"SAPO.{name} must be > 0, got {tau} (a finite number)")
         self.tau_pos = float(tau_pos)
         self.tau_neg = float(tau_neg)
 

@@ -460,7 +460,7 @@ def assert_same_as_single(
         shaped = baseline == "kl_shaped"
         got = torch.cat([r["reinforce_pp"][baseline][0] for r in multi])
         torch.testing.assert_close(got, want, atol=SHAPED_ATOL if shaped else ADV_ATOL, rtol=0)
-        kl_tag = {"reinforce_pp/ref_kl"} if shaped else set()
+        kl_tag = {"reinforce_pp/ref_kl", "reinforce_pp/kl_clamped_share"} if shaped else set()
         assert set(want_stats) == {"reinforce_pp/return_mean", "reinforce_pp/return_std", *kl_tag}, want_stats
         if shaped:  # the policy moved: the KL shapes the returns, so tokens of one response differ
             assert float(want_stats["reinforce_pp/ref_kl"]) != 0 and len(set(want.tolist())) > 4
