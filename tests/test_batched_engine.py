@@ -252,3 +252,22 @@ def test_an_architecture_it_cannot_decode_is_refused_in_one_line():
     with pytest.raises(UserError, match="HFEngine") as error:
         BatchedEngine().setup(model, None, "")
     assert "\n" not in str(error.value)
+
+
+def test_a_lora_policy_decodes_with_its_adapters():
+    """A peft policy: the decoder runs its LoRA-wrapped projections as they are (no fused weights), so its
+    logits are the adapted model's (float64, 1e-10), not the base's."""
+    from peft import LoraConfig, get_peft_model
+
+    model, tokenizer, _ = _load("builtin:tiny", torch.float64)
+    torch.manual_seed(0)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "gate_proj"], init_lora_weights=False)
+    policy = get_peft_model(model, config).double().eval()
+    prompt = _ids(tokenizer, _prompts(tokenizer, 1))[0]
+    decoder = CachedDecoder(policy, 1, len(prompt), 4)
+    got = decoder.prefill(torch.tensor([prompt]), torch.ones(1, len(prompt), dtype=torch.long))[0]
+    want = _full_logits(policy, prompt)[-1]
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    with policy.disable_adapter():
+        base = _full_logits(policy, prompt)[-1]
+    assert (want - base).abs().max() > 1e-3  # the adapters change the logits: the test can tell

@@ -79,7 +79,7 @@ class BatchedEngine(LivePolicyEngine):
                 chosen = sample_next(logits, sampling.temperature, sampling.top_k, sampling.top_p)
                 if self.return_logprobs:  # log pi at temperature T, before top-k/top-p: the trainer's
                     scaled = torch.log_softmax(logits / sampling.temperature, dim=-1)
-                    logprobs[active, t] = scaled.gather(-1, chosen[:, None]).squeeze(-1)
+                    logprobs[active, t] = scaled.gather(-1, chosen[:, None]).squeeze(-1).float()
             chosen = torch.where(live, chosen, pad_id)  # a finished row decodes pads until it is dropped
             tokens[active, t] = chosen
             ended = live & torch.isin(chosen, eos)

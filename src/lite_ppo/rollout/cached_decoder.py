@@ -161,7 +161,8 @@ class CachedDecoder:
         rope = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [b, 1, s, d], every layer's
         for index in range(len(self.layers)):
             hidden = self._layer(index, hidden, rope, attend)
-        return self.lm_head(self.body.norm(hidden[:, -1])).float()
+        logits = self.lm_head(self.body.norm(hidden[:, -1]))
+        return logits.to(torch.promote_types(logits.dtype, torch.float32))  # at least float32, as generate
 
     # -- the prompts -------------------------------------------------------------------------------
     @torch.inference_mode()
