@@ -251,7 +251,7 @@ def main(argv: list[str]) -> int:
         default=1,
         metavar="P",
         help="runs side by side (default 1); on a CPU, P runs of --threads 1 each can finish more per hour "
-        "than one run on every core (docs/benchmarks.md, 'Sweeps side by side')",
+        "than one run on every core (docs/benchmarks.md, 'The instrument: speed')",
     )
     parser.add_argument(
         "--threads",
