@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from lite_ppo.evaluation.benchmarks import apply_limit, load_benchmark_config, l
 from lite_ppo.evaluation.metrics import flatten
 from lite_ppo.evaluation.report import comparison_table, table_columns, text_table, write_jsonl, write_report
 from lite_ppo.evaluation.results import GroupMetrics, problem_results, response_records
+from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
 from lite_ppo.strategies.ranks import Ranks
 
 HELDOUT_DIR = "heldout"  # <run folder>/heldout/step_<step>.json: per-problem held-out results
@@ -265,7 +264,9 @@ class Evaluation(Callback):
         if log_dir is None or not trainer.is_global_zero:
             return
         rows = sorted(gathered, key=lambda row: (row["tier"], row["id"]))
-        write_json_atomic(Path(log_dir) / HELDOUT_DIR / f"step_{step}.json", {"step": int(step), "problems": rows})
+        path = Path(log_dir) / HELDOUT_DIR / f"step_{step}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, json.dumps({"step": int(step), "problems": rows}).encode())
 
     def _report(self, trainer: Trainer, step: int, results: dict, tiers: dict | None, fitting: bool) -> None:
         """Print this evaluation's tables (rank 0) and write its report and responses (``output_dir``)."""
@@ -335,21 +336,6 @@ class Evaluation(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.before = state_dict.get("before")
         self.history = list(state_dict.get("history", []))
-
-
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` as JSON to ``path`` through a temporary file in the same folder and
-    ``os.replace``, so a reader never sees a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(payload, stream)
-        os.chmod(temporary, 0o644)  # mkstemp makes it private; the run's other files are readable
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def _num_batches(loaders: Any) -> int:

@@ -178,7 +178,8 @@ def _chi2_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
     return float(stats.chisquare(obs.numpy(), exp.numpy()).pvalue)
 
 
-def test_sampled_first_tokens_follow_generates_distribution():
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sampled_first_tokens_follow_generates_distribution(seed):
     """8,000 first tokens of one prompt fit the distribution of ``generate``'s processors (p > 1e-3),
     and the same counts reject a wrong temperature, top-k or top-p (p < 1e-6): the test can fail."""
     model, tokenizer, path = _sharp_tiny_model()
@@ -187,7 +188,7 @@ def test_sampled_first_tokens_follow_generates_distribution():
     engine = BatchedEngine(max_sequences=8000)
     engine.setup(model, tokenizer, path)
     sampling = SamplingConfig(n=8000, temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=1)
-    (group,) = engine.generate([prompt], sampling, seed=0)
+    (group,) = engine.generate([prompt], sampling, seed=seed)
     counts = torch.bincount(torch.tensor([g.token_ids[0] for g in group]), minlength=model.config.vocab_size)
     assert _chi2_p(counts, _expected_first_token(model, prompt, temperature, top_k, top_p)) > 1e-3
     for wrong in [(1.0, top_k, top_p), (temperature, top_k * 2, 1.0), (temperature, 0, top_p)]:
@@ -216,11 +217,12 @@ def test_sampled_tokens_match_hf_generate_samples():
         assert stats.chi2_contingency(table.numpy()).pvalue > 1e-3
 
 
-def test_sample_next_draws_from_the_warped_distribution_with_ties():
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sample_next_draws_from_the_warped_distribution_with_ties(seed):
     """The fast sampler (top-k candidates, inverse CDF) against ``warp_logits`` (transformers' order and
     tie rules), with ties at the k-th logit: the kept set and the frequencies agree."""
     logits = torch.tensor([[3.0, 2.0, 2.0, 2.0, 0.5, -1.0, 1.0, 0.0]]).repeat(20000, 1)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     drawn = sample_next(logits, temperature=0.8, top_k=2, top_p=0.97)
     probs = warp_logits(logits[:1], 0.8, 2, 0.97).softmax(-1)[0].double()
     assert probs[1] > 0 and probs[2] > 0 and probs[3] > 0  # the k-th logit's ties are all kept

@@ -76,10 +76,11 @@ class BatchedEngine(LivePolicyEngine):
             if sampling.greedy:
                 chosen = logits.argmax(dim=-1)
             else:
-                chosen = sample_next(logits, sampling.temperature, sampling.top_k, sampling.top_p)
+                scaled = logits / sampling.temperature  # once, for the draw and for the log-prob
+                chosen = sample_next(scaled, 1.0, sampling.top_k, sampling.top_p)
                 if self.return_logprobs:  # log pi at temperature T, before top-k/top-p: the trainer's
-                    scaled = torch.log_softmax(logits / sampling.temperature, dim=-1)
-                    logprobs[active, t] = scaled.gather(-1, chosen[:, None]).squeeze(-1).float()
+                    picked = scaled.gather(-1, chosen[:, None]).squeeze(-1)
+                    logprobs[active, t] = (picked - scaled.logsumexp(dim=-1)).float()
             chosen = torch.where(live, chosen, pad_id)  # a finished row decodes pads until it is dropped
             tokens[active, t] = chosen
             ended = live & torch.isin(chosen, eos)

@@ -225,7 +225,7 @@ class CachedDecoder:
         prompt_scores = prompt_scores[self.slot].masked_fill(
             self.prompt_blocked[self.slot // self.repeat][:, None, None], float("-inf")
         )
-        # response scores: keys @ q^T reads the strided column slice in place
+        # response scores: keys @ q^T is faster on the strided column slice than q @ keys^T (measured)
         own_keys, own_values = self.keys[index][:, :, :end], self.values[index][:, :, :end]
         own_scores = torch.matmul(own_keys, grouped.transpose(-1, -2)).transpose(-1, -2)
         weights = torch.cat([prompt_scores, own_scores], dim=-1).softmax(dim=-1)
