@@ -339,6 +339,17 @@ def test_factorial_effects_by_hand():
     assert inter["p"] == pytest.approx(stats.ttest_1samp(INTERACTION_CONTRASTS, 0).pvalue, rel=1e-9)
     cell_gt = next(c for c in out["cells"] if c["cell"] == {"norm": "g", "agg": "t"})
     assert cell_gt["mean"] == pytest.approx(statistics.mean(CELLS[("g", "t")]))  # seed 3 left out here too
+    # Simple effects, by hand: norm b - g within each agg level, agg s - t within each norm level.
+    simple = {(e["factor"], tuple(e["at"].items())): e for e in out["simple_effects"]}
+    assert len(simple) == 4
+    norm_at_s = simple[("norm", (("agg", "s"),))]
+    assert norm_at_s["per_seed"] == pytest.approx([0.03, 0.10, 0.03], abs=1e-12)
+    assert norm_at_s["ci"] == pytest.approx(_t_interval([0.03, 0.10, 0.03]), rel=1e-9)
+    assert norm_at_s["p"] == pytest.approx(stats.ttest_1samp([0.03, 0.10, 0.03], 0).pvalue, rel=1e-9)
+    assert simple[("norm", (("agg", "t"),))]["per_seed"] == pytest.approx([0.10, 0.13, 0.05], abs=1e-12)
+    assert simple[("agg", (("norm", "b"),))]["per_seed"] == pytest.approx([-0.09, -0.08, -0.07], abs=1e-12)
+    # The interaction is the difference of the two simple effects of norm.
+    assert inter["estimate"] == pytest.approx(norm_at_s["estimate"] - simple[("norm", (("agg", "t"),))]["estimate"])
 
 
 def test_three_level_factor_uses_the_first_level_as_reference():
@@ -535,6 +546,9 @@ def test_factorial_effects_through_compare(tmp_path):
     md = (out / "summary.md").read_text()
     assert "## Factorial: lite/tiny, norm {g, b} × agg {t, s}" in md
     assert "| main: norm b − g | 0.07333 |" in md and "| interaction: norm b − g × agg s − t | -0.04 |" in md
+    assert "| simple: norm b − g at agg=s | 0.05333 |" in md
+    simple = next(e for e in design["simple_effects"] if e["at"] == {"agg": "s"} and e["factor"] == "norm")
+    assert simple["mde"] > 0 and simple["verdict"]
 
     # A missing cell: no effects, and a note saying which.
     shutil.rmtree(root / "norm=b_agg=s")

@@ -7,7 +7,10 @@ design, :func:`effects` estimates, from one value per run (the held-out score):
 - the main effect of a factor's level: the level minus the factor's reference level (its first),
   averaged over every combination of the other factors' levels;
 - the interaction of two factors' levels: the difference of differences
-  ``(y[a, b] - y[ref, b]) - (y[a, ref] - y[ref, ref])``, averaged over the remaining factors.
+  ``(y[a, b] - y[ref, b]) - (y[a, ref] - y[ref, ref])``, averaged over the remaining factors;
+- the simple effect of a factor's level at each combination of the other factors' levels: the level minus
+  the reference in that combination alone (Clip-Higher on the aligned init, and on the base init), what a
+  claim of the form "helps here, not there" is about.
 
 Each contrast is computed within a seed (a sweep runs every cell with the same seeds, so a seed's data
 order and sampling are shared across cells and cancel in the contrast), then its mean over the seeds is
@@ -92,7 +95,7 @@ def find_designs(groups: list[RunGroup]) -> tuple[list[Design], list[str]]:
 
 
 def effects(values: dict[Cell, dict[int, float]], factors: dict[str, list[str]]) -> dict[str, Any]:
-    """Main effects and two-factor interactions from ``values`` (cell -> seed -> value; cells as
+    """Main effects, two-factor interactions and simple effects from ``values`` (cell -> seed -> value; cells as
     level tuples in ``factors`` order) over the seeds present in every cell."""
     names = list(factors)
     grid = list(itertools.product(*factors.values()))
@@ -104,6 +107,7 @@ def effects(values: dict[Cell, dict[int, float]], factors: dict[str, list[str]])
         "cells": [],
         "main_effects": [],
         "interactions": [],
+        "simple_effects": [],
     }
     if not seeds:
         return out
@@ -131,6 +135,20 @@ def effects(values: dict[Cell, dict[int, float]], factors: dict[str, list[str]])
                     "per_seed": per_seed.tolist(),
                 }
             )
+            if len(names) < 2:
+                continue  # with one factor the simple effect is the main effect
+            for c in combos:
+                simple = at({i: level}, c, free) - at({i: ref}, c, free)
+                out["simple_effects"].append(
+                    {
+                        "factor": name,
+                        "level": level,
+                        "reference": ref,
+                        "at": {names[j]: lv for j, lv in zip(free, c)},
+                        **contrast_ci(simple),
+                        "per_seed": simple.tolist(),
+                    }
+                )
     for i, j in itertools.combinations(range(len(names)), 2):
         ref_i, ref_j = factors[names[i]][0], factors[names[j]][0]
         free = [k for k in range(len(names)) if k not in (i, j)]

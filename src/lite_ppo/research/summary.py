@@ -178,7 +178,7 @@ def _factorial_section(
                     per_seed.setdefault(run.seed, []).append(value)
             values[cell] = {seed: float(np.mean(v)) for seed, v in per_seed.items()}  # a repeated seed: its mean
         result = effects(values, design.factors)
-        for effect in [*result["main_effects"], *result["interactions"]]:
+        for effect in [*result["main_effects"], *result["interactions"], *result["simple_effects"]]:
             per_seed = effect["per_seed"]
             sd = float(np.std(per_seed, ddof=1)) if len(per_seed) >= 2 else None
             effect["mde"] = mde_contrast(effect["n"], sd)
@@ -325,6 +325,9 @@ def _pair_verdicts(score: dict[str, Any]) -> list[str]:
 
 
 def _effect_name(eff: dict[str, Any]) -> str:
+    if "at" in eff:
+        where = ", ".join(f"{k}={v}" for k, v in eff["at"].items())
+        return f"simple: {eff['factor']} {eff['level']} − {eff['reference']} at {where}"
     if "factor" in eff:
         return f"main: {eff['factor']} {eff['level']} − {eff['reference']}"
     (f1, f2), (a, b), (ra, rb) = eff["factors"], eff["levels"], eff["references"]
@@ -334,7 +337,7 @@ def _effect_name(eff: dict[str, Any]) -> str:
 def _factorial_verdicts(design: dict[str, Any]) -> list[str]:
     return [
         f"{_effect_name(eff)}: {eff['verdict']}"
-        for eff in [*design["main_effects"], *design["interactions"]]
+        for eff in [*design["main_effects"], *design["interactions"], *design.get("simple_effects", [])]
         if eff.get("verdict")
     ]
 
@@ -356,13 +359,14 @@ def _factorial_markdown(factorial: list[dict[str, Any]], notes: list[str]) -> li
             f"Response: {design['response']}. Seeds in every cell: {design['seeds'] or 'none'}"
             + (f" (left out: {design['seeds_left_out']})" if design["seeds_left_out"] else "")
             + ". Effects are per-seed contrasts averaged over the other factors (reference level first); "
-            "interaction = difference of differences; 95 % t-interval over seeds, p from the one-sample t-test."
+            "interaction = difference of differences; simple = the contrast at one level of the other factors; "
+            "95 % t-interval over seeds, p from the one-sample t-test."
         )
         lines += ["", "| cell | mean over seeds |", "|---|---|"]
         for cell in design["cells"]:
             lines.append(f"| {', '.join(f'{k}={v}' for k, v in cell['cell'].items())} | {_fmt(cell)} |")
         lines += ["", "| effect | estimate | CI | p | n | MDE (80 % power) |", "|---|---|---|---|---|---|"]
-        for eff in [*design["main_effects"], *design["interactions"]]:
+        for eff in [*design["main_effects"], *design["interactions"], *design.get("simple_effects", [])]:
             lines.append(
                 f"| {_effect_name(eff)} | {_num(eff['estimate'])} | {_ci(eff['ci'])} | {_p(eff['p'])} | {eff['n']} "
                 f"| {_num(eff.get('mde'), 3)} |"
