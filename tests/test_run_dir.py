@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 from pathlib import Path
 
 import pytest
 
 from helpers.paths import REPO
-from lite_ppo.research.run_dir import configure_run_dir, model_name, prepare_fit_run, unique_version
+from lite_ppo.errors import UserError
+from lite_ppo.research.run_dir import claim_version, configure_run_dir, model_name, prepare_fit_run, unique_version
 from lite_ppo.research.run_record import RunRecord
 
 TB = "lightning.pytorch.loggers.TensorBoardLogger"
@@ -55,23 +58,23 @@ def test_unique_version_suffixes(tmp_path):
 
 def test_configure_fills_only_what_is_unset(tmp_path):
     config = _config(tmp_path)
-    assert configure_run_dir(config) == tmp_path / "lite_ppo" / "tiny" / "seed7"
+    assert configure_run_dir(config)[0] == tmp_path / "lite_ppo" / "tiny" / "seed7"
     assert config["trainer"]["logger"]["init_args"]["name"] == "lite_ppo/tiny"
     (tmp_path / "lite_ppo/tiny/seed7").mkdir(parents=True)
-    assert configure_run_dir(_config(tmp_path)) == tmp_path / "lite_ppo" / "tiny" / "seed7-1"
+    assert configure_run_dir(_config(tmp_path))[0] == tmp_path / "lite_ppo" / "tiny" / "seed7-1"
     # Explicit name / version win; an explicit version is used as given.
-    assert configure_run_dir(_config(tmp_path, name="mine")) == tmp_path / "mine" / "seed7"
-    assert configure_run_dir(_config(tmp_path, version="seed7")) == tmp_path / "lite_ppo" / "tiny" / "seed7"
+    assert configure_run_dir(_config(tmp_path, name="mine"))[0] == tmp_path / "mine" / "seed7"
+    assert configure_run_dir(_config(tmp_path, version="seed7"))[0] == tmp_path / "lite_ppo" / "tiny" / "seed7"
     # Resuming from a checkpoint inside an existing run continues that run's folder.
     config = _config(tmp_path)
     config["ckpt_path"] = str(tmp_path / "lite_ppo/tiny/seed7/checkpoints/last.ckpt")
-    assert configure_run_dir(config) == tmp_path / "lite_ppo" / "tiny" / "seed7"
+    assert configure_run_dir(config)[0] == tmp_path / "lite_ppo" / "tiny" / "seed7"
     # No recipe field: "custom"; no TensorBoard logger: nothing to do.
     config = _config(tmp_path)
     del config["recipe"]
-    assert configure_run_dir(config) == tmp_path / "custom" / "tiny" / "seed7"
+    assert configure_run_dir(config)[0] == tmp_path / "custom" / "tiny" / "seed7"
     config["trainer"]["logger"] = False
-    assert configure_run_dir(config) is None
+    assert configure_run_dir(config) == (None, False)
 
 
 def test_validate_and_test_of_a_run_checkpoint_log_into_the_run(tmp_path):
@@ -95,9 +98,37 @@ def test_validate_and_test_of_a_run_checkpoint_log_into_the_run(tmp_path):
     assert configure_evaluation_dir({**_config(tmp_path), "ckpt_path": str(tmp_path / "loose.ckpt")}, "test") is None
 
 
+def _claim_in_a_process(args: tuple[str, str]) -> str:
+    parent, base = args
+    return claim_version(Path(parent), base)
+
+
+def test_runs_started_together_claim_different_folders(tmp_path):
+    # Two fits of the same name, both named before either wrote anything: each claims its own folder.
+    first, second = _config(tmp_path), _config(tmp_path)
+    assert prepare_fit_run(first, claim=True) == (tmp_path / "lite_ppo/tiny/seed7", True)
+    assert prepare_fit_run(second, claim=True) == (tmp_path / "lite_ppo/tiny/seed7-1", True)
+    assert (tmp_path / "lite_ppo/tiny/seed7").is_dir() and (tmp_path / "lite_ppo/tiny/seed7-1").is_dir()
+    # An explicit version and a resume are used as given, never created or claimed.
+    assert prepare_fit_run(_config(tmp_path, version="seed7"), claim=True) == (tmp_path / "lite_ppo/tiny/seed7", False)
+    # Six processes asking at the same moment: six folders.
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(6) as pool:
+        names = pool.map(_claim_in_a_process, [(str(tmp_path / "race"), "seed0")] * 6)
+    assert sorted(names) == ["seed0", *(f"seed0-{k}" for k in range(1, 6))]
+
+
+def test_an_unwritable_save_dir_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where the folder should go: mkdir fails as on a read-only disk
+    with pytest.raises(UserError, match=r"run folder .*file/lite_ppo/tiny/seed7: cannot create it .*save_dir"):
+        prepare_fit_run(_config(blocker), claim=True)
+
+
 def test_prepare_fit_run_tells_the_record(tmp_path):
     config = _config(tmp_path)
-    prepare_fit_run(config)
+    assert prepare_fit_run(config) == (tmp_path / "lite_ppo/tiny/seed7", False)  # named, not created
     record = config["run_record"]
     assert (record["recipe"], record["model"], record["model_name"], record["seed"]) == (
         "lite_ppo",
@@ -131,6 +162,25 @@ def test_run_record_lifecycle(tmp_path):
     callback.on_exception(trainer, None, RuntimeError("boom"))
     failed = json.loads((tmp_path / "run.json").read_text())
     assert failed["status"] == "failed" and "boom" in failed["error"]
+    assert failed["pid"] == os.getpid() and failed["host"] == socket.gethostname()
+    # A stop on purpose: interrupted, with the signal and the checkpoint the ModelCheckpoint wrote.
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    last.parent.mkdir()
+    last.write_bytes(b"x")
+    trainer.checkpoint_callback = type("Checkpoint", (), {"last_model_path": str(last), "best_model_path": ""})()
+    stop = SIGTERMException()
+    stop.code = 128 + 10  # what Preemption sets for SIGUSR1
+    callback.on_exception(trainer, None, stop)
+    stopped = json.loads((tmp_path / "run.json").read_text())
+    assert stopped["status"] == "interrupted" and stopped["error"] == "stopped by SIGUSR1"
+    assert stopped["checkpoint"] == str(last.resolve())
+    last.unlink()  # a second Ctrl-C before any checkpoint: interrupted, nothing to resume from
+    callback.on_exception(trainer, None, KeyboardInterrupt())
+    stopped = json.loads((tmp_path / "run.json").read_text())
+    assert stopped["status"] == "interrupted" and stopped["error"] == "stopped by Ctrl-C"
+    assert stopped["checkpoint"] is None
 
 
 @pytest.mark.slow

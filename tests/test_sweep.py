@@ -259,9 +259,11 @@ def test_a_seed_sets_the_data_and_sampling_seeds_unless_overridden(tmp_path):
 
 @pytest.mark.extended
 @pytest.mark.slow
-def test_sigterm_to_a_sweep_stops_its_running_fit_with_a_checkpoint(tmp_path, tiny_model_path):
+def test_sigterm_to_a_sweep_stops_its_running_fit_and_a_rerun_resumes_it(tmp_path, tiny_model_path):
     """SIGTERM to the sweep reaches the running fit, which saves last.ckpt and exits; the sweep
-    waits for it and exits 143, and no process of the sweep is left running."""
+    waits for it and exits 143, and no process of the sweep is left running. The run records
+    ``interrupted`` with its checkpoint, and the same sweep command again continues that run from it,
+    in its folder, to the end."""
     import os
     import signal
     import subprocess
@@ -276,12 +278,12 @@ def test_sigterm_to_a_sweep_stops_its_running_fit_with_a_checkpoint(tmp_path, ti
     marker = tmp_path / "steps_done"
     out = tmp_path / "sweep"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "lite_ppo.research.sweep", "--recipe", RECIPES[0], "--seed", "0", "--config", TINY,
-         "--out", str(out), "--no-compare", "--", *SMALL, "--data.steps_per_epoch=40",
-         "--trainer.callbacks+=helpers.reliability_faults.StepMarker", f"--trainer.callbacks.path={marker}"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    command = [
+        sys.executable, "-m", "lite_ppo.research.sweep", "--recipe", RECIPES[0], "--seed", "0", "--config", TINY,
+        "--out", str(out), "--no-compare", "--", *SMALL, "--data.steps_per_epoch=12",
+        "--trainer.callbacks+=helpers.reliability_faults.StepMarker", f"--trainer.callbacks.path={marker}",
+    ]  # fmt: skip
+    sweep = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 240
     while not marker.exists() and sweep.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -293,11 +295,66 @@ def test_sigterm_to_a_sweep_stops_its_running_fit_with_a_checkpoint(tmp_path, ti
     assert sweep.returncode == 128 + signal.SIGTERM, output[-3000:]
     assert "stopped by SIGTERM" in output
     assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    last = next(out.rglob("last.ckpt"))
+    (last,) = out.rglob("last.ckpt")
     assert checkpoint_problem(last) is None
     assert int(marker.read_text()) >= 1
     # At least the rollout step the marker counted (2 optimizer steps) is in it.
-    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] >= 2
+    stopped_at = torch.load(last, map_location="cpu", weights_only=False)["global_step"]
+    assert 2 <= stopped_at < 12 * 2
+    run_dir = last.parent.parent
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "interrupted" and record["error"] == "stopped by SIGTERM", record
+    assert Path(record["checkpoint"]) == last.resolve()
+
+    # The same command again: the run continues from its checkpoint, in its folder.
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    assert f"resuming from {last.resolve()}" in again.stdout
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == ["seed0"]  # no seed0-1
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "finished" and len(record["resumed"]) == 1 and record["steps"] == 12, record
+    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 12 * 2
+
+
+def test_a_stopped_run_resumes_and_a_failed_one_starts_over(tmp_path):
+    """Which earlier run of a point the sweep continues: an interrupted one (its recorded checkpoint),
+    a "running" one whose process is gone from this host (its last.ckpt); never a failed one, a live
+    one, or one without a checkpoint."""
+    import subprocess
+    import sys
+
+    from lite_ppo.research.sweep import resumable_run
+
+    point = expand_grid(RECIPES[:1], [0], [TINY])[0]
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs (reaped)
+
+    def run(name: str, has_last: bool = True, **record) -> tuple[Path, Path]:
+        folder = tmp_path / "lite_ppo/tiny" / name
+        (folder / "checkpoints").mkdir(parents=True)
+        ckpt = folder / "checkpoints/last.ckpt"
+        if has_last:
+            ckpt.write_bytes(b"x")
+        (folder / "run.json").write_text(json.dumps({"sweep_key": point.sweep_key, **record}))
+        return folder, ckpt
+
+    host = __import__("socket").gethostname()
+    run("seed0", status="failed", started="2026-01-01", error="RuntimeError: boom")
+    assert resumable_run(point, tmp_path) is None
+    live, _ = run("seed0-1", status="running", started="2026-01-02", host=host, pid=__import__("os").getpid())
+    assert resumable_run(point, tmp_path) is None  # this very process: alive
+    other_host, _ = run("seed0-2", status="running", started="2026-01-03", host=host + "-elsewhere", pid=dead.pid)
+    assert resumable_run(point, tmp_path) is None  # another machine's run: not known to be gone
+    gone, gone_ckpt = run("seed0-3", status="running", started="2026-01-04", host=host, pid=dead.pid)
+    assert resumable_run(point, tmp_path) == (gone, gone_ckpt)
+    recorded = tmp_path / "elsewhere.ckpt"
+    recorded.write_bytes(b"x")
+    stopped, _ = run("seed0-4", status="interrupted", started="2026-01-05", checkpoint=str(recorded))
+    assert resumable_run(point, tmp_path) == (stopped, recorded)  # the newest, by its recorded checkpoint
+    run("seed0-5", has_last=False, status="interrupted", started="2026-01-06", checkpoint=None)
+    assert resumable_run(point, tmp_path) == (stopped, recorded)  # nothing to resume from: the older one
+    run("seed0-6", status="finished", started="2026-01-07")
+    assert resumable_run(point, tmp_path) is None  # done
 
 
 def test_factor_levels_merge_into_the_recipes_callbacks_by_class(tmp_path):

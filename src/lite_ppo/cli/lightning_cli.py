@@ -25,6 +25,7 @@ from typing import Any
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Callback
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities import rank_zero_only
 
 from lite_ppo.callbacks.console import ConsoleProgressBar
 from lite_ppo.callbacks.diagnostics import Diagnostics
@@ -147,8 +148,9 @@ class LitePPOCLI(LightningCLI):
             if config[section].get("seed") is None:
                 config[section]["seed"] = run_seed(None)
         if self.subcommand == "fit":
-            self.run_dir = prepare_fit_run(self.config["fit"])
-            self.created_run_dir = self.run_dir is not None and not self.run_dir.exists()
+            # Rank 0 claims the folder now (created: a second run started at once gets seed<S>-1);
+            # the other ranks only name it (rank 0's folder is what Lightning broadcasts).
+            self.run_dir, self.created_run_dir = prepare_fit_run(self.config["fit"], claim=rank_zero_only.rank == 0)
         elif self.subcommand in ("validate", "test"):
             self.evaluation_dir = configure_evaluation_dir(config, self.subcommand)
             limit = config.get("limit")
@@ -162,10 +164,30 @@ class LitePPOCLI(LightningCLI):
         # constructors run, it can only be the config's mistake: report it as one line.
         try:
             super().instantiate_classes()
-        except ValueError as err:
-            if isinstance(err, UserError):
-                raise
-            raise UserError(f"invalid setting: {parser_message(str(err))}") from err
+        except BaseException as err:
+            self._remove_unstarted_run(say=False)  # the folder claimed a moment ago, still empty
+            if isinstance(err, ValueError) and not isinstance(err, UserError):
+                raise UserError(f"invalid setting: {parser_message(str(err))}") from err
+            raise
+
+    def _remove_unstarted_run(self, say: bool) -> bool:
+        """Remove the run folder this command created when no training step ran (nothing in it is
+        worth keeping; left, it would show in TensorBoard and compare and push the next run to
+        seed<S>-1). A folder this command did not create is never touched."""
+        run_dir = self.run_dir
+        if self.subcommand != "fit" or run_dir is None or not self.created_run_dir or self.first_step.started:
+            return False
+        if not run_dir.exists():
+            return False
+        shutil.rmtree(run_dir, ignore_errors=True)
+        for parent in list(run_dir.parents)[:2]:  # <recipe>/<model> when left empty
+            try:
+                parent.rmdir()  # only an empty folder goes; another run's content stays
+            except OSError:
+                break
+        if say:
+            print(f"lite-ppo fit: the run did not start; removed its folder {run_dir}", flush=True)
+        return True
 
     # -- fit: the run folder is said at start and end, and removed when the run never started -------
     def _run_subcommand(self, subcommand: str) -> None:
@@ -177,15 +199,7 @@ class LitePPOCLI(LightningCLI):
         try:
             super()._run_subcommand(subcommand)
         except BaseException:
-            # Nothing of a run that failed before its first training step is worth keeping (no step,
-            # no checkpoint); its folder would show in TensorBoard and compare, and push the next run to seed<S>-1.
-            if say and self.created_run_dir and not self.first_step.started and self.run_dir.exists():
-                shutil.rmtree(self.run_dir, ignore_errors=True)
-                for parent in list(self.run_dir.parents)[:2]:  # <recipe>/<model> when this run made them
-                    if parent.is_dir() and not any(parent.iterdir()):
-                        parent.rmdir()
-                print(f"lite-ppo fit: the run did not start; removed its folder {self.run_dir}", flush=True)
-            elif say:
+            if say and not self._remove_unstarted_run(say=True):
                 print(f"lite-ppo fit: run folder {self.run_dir}", flush=True)
             raise
         if say:

@@ -62,9 +62,10 @@ class GridPoint:
     def save_dir(self, out: Path) -> Path:
         return out / self.variant if self.variant else out
 
-    def fit_args(self, out: Path) -> list[str]:
+    def fit_args(self, out: Path, ckpt_path: Path | None = None) -> list[str]:
         """The arguments after ``lite-ppo`` for this point
-        (``fit --config ... --seed_everything=S --data.seed=S --rollout.seed=S ...``)."""
+        (``fit --config ... --seed_everything=S --data.seed=S --rollout.seed=S ...``); with ``ckpt_path``,
+        continuing that checkpoint's run in its folder."""
         args = ["fit", "--config", self.recipe]
         for config in self.configs:
             args += ["--config", config]
@@ -82,11 +83,13 @@ class GridPoint:
                 f"--run_record.cell={json.dumps(dict(self.cell))}",
                 f"--run_record.factors={json.dumps({name: list(levels) for name, levels in self.design})}",
             ]
+        if ckpt_path is not None:
+            args.append(f"--ckpt_path={ckpt_path}")
         return args
 
-    def command(self, out: Path, python: str | None = None) -> list[str]:
+    def command(self, out: Path, python: str | None = None, ckpt_path: Path | None = None) -> list[str]:
         """The full command line: a separate Python process running the ``lite-ppo`` CLI."""
-        return [python or sys.executable, "-m", "lite_ppo.cli", *self.fit_args(out)]
+        return [python or sys.executable, "-m", "lite_ppo.cli", *self.fit_args(out, ckpt_path)]
 
 
 def parse_axis(text: str) -> tuple[str, list[str]]:

@@ -10,6 +10,8 @@ advise`` reads. The parts:
 - ``model``: ``builtin:tiny`` -> ``tiny``; a folder or file -> its base name (``/m/Qwen3-4B-Base`` ->
   ``Qwen3-4B-Base``).
 - ``seed<S>``: ``seed_everything``; a second run with the same name gets ``seed<S>-1``, ``seed<S>-2``, ...
+  The CLI claims the folder by creating it (``os.mkdir``, atomic), so two runs started at the same moment
+  never share one: the second gets ``seed<S>-1``.
 
 Resuming (``--ckpt_path`` inside ``<save_dir>/<recipe>/<model>/<run>/``) continues writing into
 that run's folder. Only what the user left unset is filled in: ``--trainer.logger.init_args.name`` replaces
@@ -19,7 +21,7 @@ an explicit version is how one continues writing into a known folder), ``save_di
 ``validate`` and ``test`` of a checkpoint inside a run's folder write their logs (and ``test`` its
 report) into ``<run>/validate/`` and ``<run>/test/`` (:func:`configure_evaluation_dir`). A ``fit``
 that fails before its first training step leaves no folder behind (the CLI removes the folder it
-created), so the next run is not pushed to ``seed<S>-1``.
+created, and only that one), so the next run is not pushed to ``seed<S>-1``.
 
 Example:
     >>> model_name("builtin:smollm2-135m-instruct")
@@ -34,6 +36,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from lite_ppo.errors import UserError
+
 __all__ = [
     "DEFAULT_RECIPE",
     "configure_evaluation_dir",
@@ -42,6 +46,7 @@ __all__ = [
     "prepare_fit_run",
     "run_folder_of",
     "run_name",
+    "claim_version",
     "unique_version",
 ]
 
@@ -78,6 +83,27 @@ def unique_version(parent: Path, base: str) -> str:
     return f"{base}-{k}"
 
 
+def claim_version(parent: Path, base: str) -> str:
+    """Create the first free of ``parent/base``, ``base-1``, ``base-2``, ... and return its name.
+
+    ``mkdir`` fails on an existing folder, so of two processes asking at once each gets its own."""
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        k = 0
+        while True:
+            name = base if k == 0 else f"{base}-{k}"
+            try:
+                (parent / name).mkdir()
+                return name
+            except FileExistsError:
+                k += 1
+    except OSError as err:
+        raise UserError(
+            f"run folder {parent / base}: cannot create it ({err.strerror or err}); "
+            "choose a writable --trainer.logger.init_args.save_dir"
+        ) from None
+
+
 def _get(node: Any, key: str, default: Any = None) -> Any:
     """Read ``key`` from a jsonargparse Namespace or a dict."""
     if node is None:
@@ -94,22 +120,25 @@ def _set(node: Any, key: str, value: Any) -> None:
         setattr(node, key, value)
 
 
-def configure_run_dir(config: Any) -> Path | None:
+def configure_run_dir(config: Any, claim: bool = False) -> tuple[Path | None, bool]:
     """Fill the TensorBoard logger's unset ``name``/``version`` in a parsed ``fit`` config (in place)
-    and return the run directory, or None when the run has no TensorBoard logger.
+    and return the run directory (None when the run has no TensorBoard logger) and whether this call
+    created it.
 
     Called by the CLI before the classes are instantiated, so the logger, the saved ``config.yaml``
-    and ``run.json`` all land in the returned folder.
+    and ``run.json`` all land in the returned folder. With ``claim`` (the CLI's rank 0) a version
+    chosen here is created at once (:func:`claim_version`); other ranks only name it.
     """
     logger = _get(_get(config, "trainer"), "logger")
     if not logger or isinstance(logger, (bool, list)):
-        return None
+        return None, False
     class_path = str(_get(logger, "class_path", ""))
     if not class_path.endswith("TensorBoardLogger"):
-        return None
+        return None, False
     init_args = _get(logger, "init_args")
     if init_args is None:
-        return None
+        return None, False
+    created = False
     save_dir = _get(init_args, "save_dir") or "runs"
     name = _get(init_args, "name")
     version = _get(init_args, "version")
@@ -120,12 +149,17 @@ def configure_run_dir(config: Any) -> Path | None:
     if version is None or version == "":
         resumed = _run_of_checkpoint(_get(config, "ckpt_path"), Path(save_dir) / name)
         base = f"seed{seed}" if isinstance(seed, int) and not isinstance(seed, bool) else "seed_none"
-        version = resumed or unique_version(Path(save_dir) / name, base)
+        if resumed:
+            version = resumed
+        elif claim:
+            version, created = claim_version(Path(save_dir) / name, base), True
+        else:
+            version = unique_version(Path(save_dir) / name, base)
         _set(init_args, "version", version)
     elif isinstance(version, int):
         version = f"version_{version}"
     _set(init_args, "save_dir", str(save_dir))
-    return Path(save_dir) / name / str(version)
+    return Path(save_dir) / name / str(version), created
 
 
 def run_folder_of(ckpt_path: Any) -> Path | None:
@@ -172,13 +206,14 @@ def _run_of_checkpoint(ckpt_path: Any, parent: Path) -> str | None:
     return None
 
 
-def prepare_fit_run(config: Any) -> Path | None:
-    """The CLI's ``before_instantiate_classes`` for ``fit``: name the run directory
-    (:func:`configure_run_dir`) and tell the ``run_record:`` section what the run is."""
-    run_dir = configure_run_dir(config)
+def prepare_fit_run(config: Any, claim: bool = False) -> tuple[Path | None, bool]:
+    """The CLI's ``before_instantiate_classes`` for ``fit``: name (and with ``claim``, create) the run
+    directory (:func:`configure_run_dir`) and tell the ``run_record:`` section what the run is.
+    Returns the folder and whether this call created it."""
+    run_dir, created = configure_run_dir(config, claim)
     record = _get(config, "run_record")
     if record is None:
-        return run_dir
+        return run_dir, created
     model_path = str(_get(_get(config, "model"), "model_path", ""))
     data = _get(config, "data")
     seed = _get(config, "seed_everything")
@@ -196,7 +231,7 @@ def prepare_fit_run(config: Any) -> Path | None:
     for key, value in fields.items():
         if _get(record, key) is None:  # what the user set explicitly wins
             _set(record, key, value)
-    return run_dir
+    return run_dir, created
 
 
 def _plain(value: Any) -> Any:

