@@ -45,3 +45,19 @@ def single_results(tmp_path_factory, tiny_model_path) -> Path:
         launch("single", out, tiny_model_path)
         (out / "done").write_text("ok")
     return out
+
+
+@pytest.fixture(autouse=True)
+def _lightning_logs_to_a_live_stream():
+    """Lightning binds its log handler to the ``sys.stderr`` of the moment it is imported; under pytest
+    that may be a test's capture stream, closed when that test ends, and every later Lightning log line
+    then prints "--- Logging error ---" with a traceback into the next test's output. Point the handler
+    at the stream of the test that runs."""
+    import logging
+    import sys
+
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        for handler in logging.getLogger(name).handlers:
+            if type(handler) is logging.StreamHandler:
+                handler.stream = sys.stderr  # not setStream: it flushes the old stream, maybe closed
+    yield

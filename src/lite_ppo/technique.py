@@ -320,6 +320,21 @@ def needs_old_logprobs_up_front(technique: Technique) -> bool:
     return technique.needs_old_entropy or overrides(technique, "token_weights") or overrides(technique, "policy_mask")
 
 
+def refuse_repeated_techniques(classes: list[type]) -> None:
+    """One line for a technique class given twice: two HighEntropyTokens would multiply their masks
+    and log a share that is neither's, two of a stateful one would end in Lightning's "more than one
+    stateful callback"; no shipped technique is meant to be given twice."""
+    seen: set[type] = set()
+    for cls in classes:
+        if isinstance(cls, type) and issubclass(cls, Technique):
+            if cls in seen:
+                raise UserError(
+                    f"technique {cls.__name__} is given twice in trainer.callbacks; give it once with the "
+                    "settings you want (a later --config updates an earlier one's init_args)"
+                )
+            seen.add(cls)
+
+
 def advantage_estimator(techniques: list[Technique]) -> Technique:
     """The single technique that computes advantages; a clear error for none or several."""
     found = [t for t in techniques if overrides(t, "compute_advantages")]

@@ -16,8 +16,10 @@ evaluates the benchmarks with the code of ``lite-ppo evaluate`` and writes its r
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import shutil
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -31,12 +33,14 @@ from lite_ppo.callbacks.console import ConsoleProgressBar
 from lite_ppo.callbacks.diagnostics import Diagnostics
 from lite_ppo.callbacks.evaluation import Evaluation
 from lite_ppo.callbacks.rollout import Rollout
+from lite_ppo.cli.compose import compose_callbacks
 from lite_ppo.data.datamodule import MathDataModule
 from lite_ppo.data.seeding import run_seed
 from lite_ppo.errors import UserError, parser_message
 from lite_ppo.reliability import CheckpointIntegrity, DivergenceGuard, Preemption
 from lite_ppo.research.run_dir import configure_evaluation_dir, prepare_fit_run
 from lite_ppo.research.run_record import RunRecord
+from lite_ppo.technique import refuse_repeated_techniques
 from lite_ppo.training.module import LitePPO
 
 TRAINER_DEFAULTS = {
@@ -147,6 +151,9 @@ class LitePPOCLI(LightningCLI):
         for section in ("data", "rollout"):
             if config[section].get("seed") is None:
                 config[section]["seed"] = run_seed(None)
+        # A technique given twice: one line now (Lightning would refuse a repeated stateful callback
+        # with a traceback, and a stateless one would silently apply twice).
+        refuse_repeated_techniques([_class_of(cb) for cb in config["trainer"].get("callbacks") or []])
         if self.subcommand == "fit":
             # Rank 0 claims the folder now (created: a second run started at once gets seed<S>-1);
             # the other ranks only name it (rank 0's folder is what Lightning broadcasts).
@@ -372,6 +379,18 @@ LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
 _NOT_OFFERED = ("--optimizer", "--lr_scheduler")
 
 
+def _class_of(entry: Any) -> type | None:
+    """The class a parsed ``trainer.callbacks`` entry names (jsonargparse has imported it already)."""
+    path = entry.get("class_path") if hasattr(entry, "get") else None
+    if not isinstance(path, str) or "." not in path:
+        return None
+    module, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+
+
 def run_lightning(argv: list[str]) -> None:
     """Run one LightningCLI subcommand: ``argv`` = ``[fit|validate|test, options...]``."""
     name = argv[0]
@@ -381,6 +400,10 @@ def run_lightning(argv: list[str]) -> None:
                 f"{arg.split('=', 1)[0]} is not an option of lite-ppo: the policy trains with AdamW; set model.lr, "
                 "model.betas, model.weight_decay, model.warmup_steps and model.lr_schedule (constant|cosine)"
             )
+    # Several --config files with callback lists: merged by class, not the last list replacing the others.
+    argv, merged = compose_callbacks(argv)
+    if merged and rank_zero_only.rank == 0:
+        print(f"lite-ppo {name}: {merged}", file=sys.stderr, flush=True)  # stdout may be --print_config
     # vLLM on CPU must run in-process for in-place weight updates.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     # The dispatcher passes the arguments (it removed --debug); Lightning warns when sys.argv has some too.

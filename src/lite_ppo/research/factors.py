@@ -28,14 +28,12 @@ Example (Lite PPO's two parts as a 2 x 2, ``configs/factors/``)::
 
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from lite_ppo.config_merge import callbacks_of, class_name, load_mapping, merge_callbacks, merge_mappings
 from lite_ppo.errors import UserError
 
 __all__ = ["Factor", "Level", "cell_config", "parse_factor"]
@@ -83,75 +81,35 @@ def parse_factor(text: str) -> Factor:
     return Factor(name, tuple(levels))
 
 
-def _load(path: str) -> dict[str, Any]:
-    try:
-        loaded = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise UserError(f"config {path!r}: cannot read it as YAML ({err})") from None
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict):
-        raise UserError(f"config {path!r}: expected a mapping at the top level")
-    return loaded
-
-
-def _class_name(entry: Any) -> str:
-    path = entry.get("class_path", "") if isinstance(entry, dict) else str(entry)
-    return str(path).rsplit(".", 1)[-1]
-
-
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def _merge_callbacks(callbacks: list[Any], entries: list[Any], fragment: str) -> list[Any]:
-    """``callbacks`` with each entry of a fragment merged in by class (updated in place, or appended)."""
-    out = copy.deepcopy(callbacks)
-    for entry in entries:
-        if not isinstance(entry, dict) or "class_path" not in entry:
-            raise UserError(f"config fragment {fragment!r}: trainer.callbacks entries need a class_path")
-        match = [i for i, cb in enumerate(out) if _class_name(cb) == _class_name(entry)]
-        if len(match) > 1:
-            raise UserError(
-                f"config fragment {fragment!r}: the recipe has {len(match)} {_class_name(entry)} callbacks; "
-                "which one to change is ambiguous"
-            )
-        if match:
-            current = out[match[0]] if isinstance(out[match[0]], dict) else {"class_path": out[match[0]]}
-            init_args = _merge(current.get("init_args") or {}, entry.get("init_args") or {})
-            out[match[0]] = {**current, "init_args": init_args}
-        else:
-            out.append(copy.deepcopy(entry))
-    return out
-
-
 def cell_config(base_configs: list[str], fragments: list[str]) -> dict[str, Any]:
     """The one config a cell adds after ``base_configs`` (the recipe, then the ``--config`` files):
-    its ``fragments`` merged (see the module docstring); ``{}`` when the cell changes nothing."""
+    its ``fragments`` merged (see the module docstring); ``{}`` when the cell changes nothing. Two
+    fragments of one cell that set the same callback class are refused: the cell's name would claim
+    both levels while the later one's settings win."""
     merged: dict[str, Any] = {}
     callbacks: list[Any] | None = None
+    set_by: dict[str, str] = {}
     for fragment in fragments:
-        content = _load(fragment)
-        trainer = content.get("trainer") if isinstance(content.get("trainer"), dict) else {}
-        entries = trainer.get("callbacks")
+        content = load_mapping(fragment)
+        entries = callbacks_of(content, fragment)
         if entries is not None:
-            if not isinstance(entries, list):
-                raise UserError(f"config fragment {fragment!r}: trainer.callbacks must be a list")
-            if callbacks is None:  # the list LightningCLI would use: the last config that sets it
+            for entry in entries:
+                name = class_name(entry)
+                if name in set_by:
+                    raise UserError(
+                        f"--factor: the fragments {set_by[name]!r} and {fragment!r} both set {name}; "
+                        "a cell takes one level of each factor, so each technique belongs to one factor"
+                    )
+                set_by[name] = fragment
+            if callbacks is None:  # the recipe's and configs' list, merged by class as the CLI does
                 callbacks = []
                 for path in base_configs:
-                    listed = (_load(path).get("trainer") or {}).get("callbacks")
-                    if isinstance(listed, list):
-                        callbacks = listed
-            callbacks = _merge_callbacks(callbacks, entries, fragment)
-            content = {**content, "trainer": {k: v for k, v in trainer.items() if k != "callbacks"}}
-        merged = _merge(merged, content)
+                    listed = callbacks_of(load_mapping(path), path)
+                    if listed is not None:
+                        callbacks = merge_callbacks(callbacks, listed, path)
+            callbacks = merge_callbacks(callbacks, entries, fragment)
+            content = {**content, "trainer": {k: v for k, v in content["trainer"].items() if k != "callbacks"}}
+        merged = merge_mappings(merged, content)
     if callbacks is not None:
         merged.setdefault("trainer", {})["callbacks"] = callbacks
     return {k: v for k, v in merged.items() if v != {}}

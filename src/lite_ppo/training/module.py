@@ -52,6 +52,7 @@ from lite_ppo.technique import (
     check_hook_names,
     needs_old_logprobs_up_front,
     objective_kwargs,
+    refuse_repeated_techniques,
     techniques_of,
 )
 from lite_ppo.training.policy_forward import (
@@ -210,6 +211,7 @@ class LitePPO(LightningModule):
             # The technique list is known now too: a misspelt hook or no / two advantage estimators
             # fail here, naming the techniques, before the weights load.
             techniques = techniques_of(self.trainer)
+            refuse_repeated_techniques([type(t) for t in techniques])
             check_hook_names(techniques)
             self._estimator = advantage_estimator(techniques)
 

@@ -1,0 +1,67 @@
+"""``lite-ppo fit --config A --config B``: the configs' ``trainer.callbacks`` lists merge by class.
+
+jsonargparse gives the list of a later ``--config`` in place of an earlier one: ``--config
+recipes/gspo.yaml --config recipes/lite_ppo_clip_cov.yaml`` would drop GSPO, and a recipe followed by
+a one-technique file (``configs/factors/norm_group_std.yaml``) would keep only that technique. Before
+the parser runs, :func:`compose_callbacks` merges the lists of every config file that sets one *by
+class* (:mod:`lite_ppo.config_merge`: a later entry of a class already listed updates its
+``init_args``, a new class is appended) and hands the parser the merged list as one more config, right
+after the last file that set a list, so options after it (``--trainer.callbacks+=...``) act as before.
+
+Example::
+
+    lite-ppo fit --config configs/recipes/lite_ppo.yaml --config configs/factors/norm_group_std.yaml \\
+        --config configs/models/tiny.yaml
+    # AdvantageNormalization(std_scope=group), LossAggregation and ModelCheckpoint of the recipe
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from lite_ppo.config_merge import callbacks_of, class_name, load_mapping, merge_callbacks
+
+__all__ = ["compose_callbacks", "config_files"]
+
+_CONFIG_OPTIONS = ("--config", "-c")
+
+
+def config_files(args: list[str]) -> list[tuple[int, str]]:
+    """``(index of the last argument that names it, path)`` for every config file in ``args``."""
+    found = []
+    for i, arg in enumerate(args):
+        if arg in _CONFIG_OPTIONS and i + 1 < len(args):
+            found.append((i + 1, args[i + 1]))
+        elif arg.startswith("--config="):
+            found.append((i, arg.split("=", 1)[1]))
+    return found
+
+
+def compose_callbacks(args: list[str]) -> tuple[list[str], str | None]:
+    """``args`` with the callback lists of its config files merged by class, and a one-line note
+    saying what was merged (None when at most one file sets a list: nothing to merge)."""
+    listed = []
+    for index, path in config_files(args):
+        if not Path(path).is_file():
+            continue  # the parser says so, naming the option
+        entries = callbacks_of(load_mapping(path), path)
+        if entries is not None:
+            listed.append((index, path, entries))
+    if len(listed) < 2:
+        return args, None
+    merged: list = []
+    for _, path, entries in listed:
+        merged = merge_callbacks(merged, entries, path)
+    handle, merged_path = tempfile.mkstemp(prefix="lite-ppo-callbacks-", suffix=".yaml")
+    with os.fdopen(handle, "w", encoding="utf-8") as file:
+        yaml.safe_dump({"trainer": {"callbacks": merged}}, file, sort_keys=False)
+    atexit.register(lambda: Path(merged_path).unlink(missing_ok=True))
+    last = listed[-1][0]
+    files = ", ".join(Path(path).name for _, path, _ in listed)
+    note = f"trainer.callbacks of {files} merged by class: {', '.join(class_name(cb) for cb in merged)}"
+    return [*args[: last + 1], "--config", merged_path, *args[last + 1 :]], note

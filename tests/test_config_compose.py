@@ -1,0 +1,135 @@
+"""Composing configs never drops a technique: ``fit --config A --config B`` merges the files'
+``trainer.callbacks`` by class (parsed by the real CLI, ``--print_config``); a technique given twice
+is one line; two ``--factor`` fragments of one cell that set the same technique are refused."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from helpers.paths import REPO
+from lite_ppo.errors import UserError
+from lite_ppo.research.factors import cell_config
+
+RECIPES, FACTORS, MODELS = REPO / "configs/recipes", REPO / "configs/factors", REPO / "configs/models"
+
+
+def _parsed_callbacks(capsys, *configs, extra=()) -> dict[str, dict]:
+    from lite_ppo.cli import main
+
+    args = ["fit"]
+    for config in configs:
+        args += ["--config", str(config)]
+    with pytest.raises(SystemExit):
+        main([*args, *extra, "--print_config"])
+    captured = capsys.readouterr()
+    callbacks = yaml.safe_load(captured.out)["trainer"]["callbacks"]
+    return {cb["class_path"].rsplit(".", 1)[-1]: cb.get("init_args") or {} for cb in callbacks}, captured.err
+
+
+def _file_callbacks(path) -> dict[str, dict]:
+    listed = yaml.safe_load(path.read_text())["trainer"]["callbacks"]
+    return {cb["class_path"].rsplit(".", 1)[-1]: cb.get("init_args") or {} for cb in listed}
+
+
+def test_two_recipes_keep_both_techniques(capsys):
+    got, err = _parsed_callbacks(
+        capsys, RECIPES / "gspo.yaml", RECIPES / "lite_ppo_clip_cov.yaml", MODELS / "tiny.yaml"
+    )
+    gspo, clip_cov = _file_callbacks(RECIPES / "gspo.yaml"), _file_callbacks(RECIPES / "lite_ppo_clip_cov.yaml")
+    assert "GSPO" in got and "ClipCov" in got  # jsonargparse alone keeps only the second file's list
+    assert set(got) == set(gspo) | set(clip_cov)
+    for name, args in clip_cov.items():  # the later file's settings win for a class both name
+        assert {k: got[name][k] for k in args} == args
+    assert "merged by class" in err
+
+
+def test_recipe_then_factor_fragment_changes_one_technique(capsys):
+    got, _ = _parsed_callbacks(capsys, RECIPES / "lite_ppo.yaml", FACTORS / "norm_group_std.yaml", MODELS / "tiny.yaml")
+    recipe = _file_callbacks(RECIPES / "lite_ppo.yaml")
+    assert set(got) == set(recipe)  # LossAggregation and the checkpoint cadence stay
+    assert (got["AdvantageNormalization"]["mean_scope"], got["AdvantageNormalization"]["std_scope"]) == (
+        "group",
+        "group",
+    )
+    assert got["LossAggregation"]["mode"] == recipe["LossAggregation"]["mode"]
+    assert got["ModelCheckpoint"]["every_n_train_steps"] == recipe["ModelCheckpoint"]["every_n_train_steps"]
+    # Options after the configs still act on the merged list.
+    got, _ = _parsed_callbacks(
+        capsys,
+        RECIPES / "lite_ppo.yaml",
+        FACTORS / "clip_higher.yaml",
+        extra=["--trainer.callbacks+=lite_ppo.callbacks.OverlongFilter"],
+    )
+    assert {"AdvantageNormalization", "LossAggregation", "ClipHigher", "OverlongFilter"} <= set(got)
+
+
+def test_one_callback_list_is_left_to_the_parser(capsys):
+    from lite_ppo.cli.compose import compose_callbacks
+
+    args = ["fit", "--config", str(RECIPES / "lite_ppo.yaml"), "--config", str(MODELS / "tiny.yaml")]
+    assert compose_callbacks(args) == (args, None)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [
+            "--trainer.callbacks+=lite_ppo.callbacks.EntropyBonus",
+            "--trainer.callbacks+=lite_ppo.callbacks.EntropyBonus",
+        ],
+        [
+            "--trainer.callbacks+=lite_ppo.callbacks.HighEntropyTokens",
+            "--trainer.callbacks+=lite_ppo.callbacks.HighEntropyTokens",
+        ],
+    ],
+)
+def test_a_technique_given_twice_is_one_line(tmp_path, monkeypatch, capsys, extra):
+    from lite_ppo.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(["fit", "--config", str(RECIPES / "lite_ppo.yaml"), "--config", str(MODELS / "tiny.yaml"), *extra])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    name = extra[0].rsplit(".", 1)[-1]
+    assert err[-1].startswith(f"lite-ppo fit: error: technique {name} is given twice"), err
+    assert "Traceback" not in "\n".join(err)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.json"))
+
+
+def test_a_technique_given_twice_without_the_cli():
+    from lite_ppo.callbacks import HighEntropyTokens
+    from lite_ppo.technique import refuse_repeated_techniques
+
+    refuse_repeated_techniques([HighEntropyTokens, type(None)])  # once: fine
+    with pytest.raises(UserError, match="HighEntropyTokens is given twice"):
+        refuse_repeated_techniques([HighEntropyTokens, HighEntropyTokens])
+
+
+def test_two_factors_setting_one_technique_are_refused(tmp_path):
+    other = tmp_path / "norm_again.yaml"
+    other.write_text(
+        "trainer:\n  callbacks:\n    - class_path: lite_ppo.callbacks.AdvantageNormalization\n"
+        "      init_args: {std_scope: none}\n"
+    )
+    with pytest.raises(UserError, match=r"both set AdvantageNormalization"):
+        cell_config([str(RECIPES / "lite_ppo.yaml")], [str(FACTORS / "norm_group_std.yaml"), str(other)])
+    # Two fragments of different techniques merge as before.
+    merged = cell_config(
+        [str(RECIPES / "lite_ppo.yaml")], [str(FACTORS / "norm_group_std.yaml"), str(FACTORS / "agg_seq.yaml")]
+    )
+    names = {cb["class_path"].rsplit(".", 1)[-1]: cb.get("init_args") for cb in merged["trainer"]["callbacks"]}
+    assert (
+        names["AdvantageNormalization"]["std_scope"] == "group"
+        and names["LossAggregation"]["mode"] == "seq-mean-token-mean"
+    )
+
+
+def test_a_config_that_is_not_utf8_names_its_file(tmp_path):
+    from lite_ppo.cli.compose import compose_callbacks
+
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("trainer:\n  callbacks: []\n# caf\xe9\n".encode("latin-1"))
+    with pytest.raises(UserError, match=r"latin1.yaml.*not UTF-8"):
+        compose_callbacks(["fit", "--config", str(RECIPES / "lite_ppo.yaml"), "--config", str(bad)])
