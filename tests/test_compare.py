@@ -555,3 +555,51 @@ def test_factorial_effects_through_compare(tmp_path):
     assert compare_main([str(root), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["factorial"] == [] and "no finished runs in cell" in summary["notes"][0]
+
+
+def test_diverged_and_short_runs_are_left_out_and_said(tmp_path, capsys):
+    """The issue's case: a group whose seeds ran 6 and 2 steps, a seed ending in NaN, one NaN throughout.
+    Such runs leave every score and test by the stated rule; the console and summary.md name each."""
+    nan = float("nan")
+    root = tmp_path / "runs"
+
+    def run(recipe: str, seed: int, steps: int, score: float, loss_end: float = 0.1, score_nan: bool = False):
+        scalars = {
+            m.REWARD_ACCURACY: {k: 0.5 for k in range(steps)},
+            m.POLICY_LOSS: {k: (loss_end if k == steps - 1 else 0.1) for k in range(steps)},
+            m.EVAL_AVERAGE_ACCURACY: {0: 0.2, steps: nan if score_nan else score},
+        }
+        write_events(root / recipe / "tiny" / f"seed{seed}", scalars, {"recipe": recipe, "seed": seed})
+
+    # "short": seeds 0, 1 ran 6 steps, seed 2 only 2; "broke": seed 0 ends in NaN loss, seed 1's final
+    # score is NaN (the last finite one, 0.2 at step 0, would be reported otherwise).
+    run("short", 0, 6, 0.50)
+    run("short", 1, 6, 0.54)
+    run("short", 2, 2, 0.10)
+    run("broke", 0, 6, 0.95, loss_end=nan)
+    run("broke", 1, 6, 0.0, score_nan=True)
+    run("broke", 2, 6, 0.40)
+    run("broke", 3, 6, 0.44)
+    out = tmp_path / "cmp"
+    assert compare_main([str(root), "--out", str(out)]) == 0
+    console = capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    groups = {g["label"]: g for g in summary["groups"]}
+    left = {(label, x["seed"]): x["why"] for label, g in groups.items() for x in g["left_out"]}
+    assert set(left) == {("short/tiny", 2), ("broke/tiny", 0), ("broke/tiny", 1)}
+    assert left[("short/tiny", 2)].startswith("short: 2 training steps")
+    assert left[("broke/tiny", 0)].startswith("diverged: loss/policy is nan")
+    assert left[("broke/tiny", 1)].startswith("diverged: eval/average/accuracy is nan at step 6")
+    # The scores are the kept seeds' only (float32 event values).
+    scores = summary["score"]["groups"]
+    assert scores["short/tiny"]["final"]["mean"] == pytest.approx(0.52, abs=1e-6)
+    assert scores["broke/tiny"]["final"]["mean"] == pytest.approx(0.42, abs=1e-6)
+    (pair,) = summary["score"]["pairs"]
+    expected = stats.ttest_ind([0.40, 0.44], [0.50, 0.54], equal_var=False)
+    sign = 1 if pair["a"] == "broke/tiny" else -1
+    assert pair["final"]["diff"] == pytest.approx(sign * -0.10, abs=1e-6)
+    assert pair["final"]["p"] == pytest.approx(expected.pvalue, rel=1e-4)
+    for label, seed in left:
+        assert f"group {label}: seed {seed} left out" in console
+    md = (out / "summary.md").read_text()
+    assert "seed 2: short: 2 training steps" in md and "Rule: runs left out" in md

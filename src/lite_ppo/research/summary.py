@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from pathlib import Path
@@ -47,6 +48,7 @@ from lite_ppo.research.factorial import effects, find_designs
 from lite_ppo.research.power import POWER_METHOD, mde_contrast, mde_normal, mde_two_groups, pooled_sd, verdict
 from lite_ppo.research.problem_results import correctness_matrix, read_problem_results
 from lite_ppo.research.quantities import Quantity
+from lite_ppo.research.run_health import LEFT_OUT_RULE, left_out_runs
 from lite_ppo.research.runs import Run, RunGroup
 from lite_ppo.research.scalars import ScalarTable, Series
 from lite_ppo.research.scores import CheckpointRule, run_scores
@@ -197,20 +199,37 @@ def summarize(
 ) -> dict[str, Any]:
     """The ``summary.json`` content for ``groups`` (``tables`` maps each run's path to its scalars)."""
     rule = rule or CheckpointRule()
+    # Diverged runs and runs shorter than their group: out of every score and test, said why.
+    left_out, health_notes = left_out_runs(groups, tables, rule.score)
+    every_run = {group.label: group.runs for group in groups}
+    # The per-quantity tables describe every run that did not diverge (their final_step shows a short
+    # one); the scores, tests and effects use the runs kept by the rule only.
+    described = [
+        dataclasses.replace(g, runs=[r for r in g.runs if not left_out.get(r.path, "").startswith("diverged")])
+        for g in groups
+    ]
+    groups = [dataclasses.replace(g, runs=[r for r in g.runs if r.path not in left_out]) for g in groups]
     out_groups = []
-    for group in groups:
+    for group, described_group in zip(groups, described):
         entry: dict[str, Any] = {
             "label": group.label,
             "recipe": group.recipe,
-            "cell": group.runs[0].cell or None,
-            "seeds": group.seeds,
-            "runs": [str(r.path) for r in group.runs],
-            "status": [r.status for r in group.runs],
+            "cell": every_run[group.label][0].cell or None,
+            "seeds": described_group.seeds,
+            "runs": [str(r.path) for r in described_group.runs],
+            "status": [r.status for r in described_group.runs],
+            "left_out": [
+                {"run": str(r.path), "seed": r.seed, "why": left_out[r.path]}
+                for r in every_run[group.label]
+                if r.path in left_out
+            ],
             "quantities": {},
         }
         for quantity in quantities:
             series = [
-                s for s in (tables[r.path].get(quantity.tag) for r in group.runs) if s is not None and len(s.finite())
+                s
+                for s in (tables[r.path].get(quantity.tag) for r in described_group.runs)
+                if s is not None and len(s.finite())
             ]
             if not series:
                 continue  # not logged by this group (e.g. no clip-higher curve): no row
@@ -225,17 +244,18 @@ def summarize(
             }
         entry["compute"] = {}
         for name, tag in (("tokens", names.GENERATED_TOKENS), ("seconds", names.STEP_SECONDS)):
-            totals = [t for t in (_total(tables[r.path], tag) for r in group.runs) if t is not None]
+            totals = [t for t in (_total(tables[r.path], tag) for r in described_group.runs) if t is not None]
             entry["compute"][name] = mean_ci(totals)
         milestones = {}
-        reward = [tables[r.path].get(REWARD_ACCURACY) for r in group.runs]
+        reward = [tables[r.path].get(REWARD_ACCURACY) for r in described_group.runs]
         reward = [s for s in reward if s is not None]
         for fraction in MILESTONES:
             steps = [first_step_reaching(s, fraction) for s in reward]
             milestones[f"reward_{round(fraction * 100)}"] = mean_ci([float(s) for s in steps if s is not None])
         entry["milestones"] = milestones
         out_groups.append(entry)
-    factorial, notes = _factorial_section(groups, tables, rule)
+    factorial, notes = _factorial_section([g for g in groups if g.runs], tables, rule)
+    notes = health_notes + notes
     return {
         "confidence": CONFIDENCE,
         "ci_method": CI_METHOD,
@@ -248,6 +268,7 @@ def summarize(
         "score": _score_section(groups, tables, rule),
         "factorial": factorial,
         "notes": notes,
+        "left_out_rule": LEFT_OUT_RULE,
     }
 
 
@@ -392,9 +413,12 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     ]
     if summary.get("x_label"):
         lines += [f"Figures over: {summary['x_label']}; bands and bars: {summary.get('band_text', '')}.", ""]
-    lines += ["| group | seeds | runs |", "|---|---|---|"]
+    lines += ["| group | seeds | runs | left out |", "|---|---|---|---|"]
     for g in summary["groups"]:
-        lines.append(f"| {g['label']} | {', '.join(str(s) for s in g['seeds'])} | {len(g['runs'])} |")
+        out = "; ".join(f"seed {x['seed']}: {x['why']}" for x in g.get("left_out", [])) or "–"
+        lines.append(f"| {g['label']} | {', '.join(str(s) for s in g['seeds'])} | {len(g['runs'])} | {out} |")
+    if summary.get("left_out_rule"):
+        lines += ["", f"Rule: {summary['left_out_rule']}."]
     lines += _score_markdown(summary["score"])
     lines += _factorial_markdown(summary["factorial"], summary["notes"])
     lines += ["", "## Compute per run", "", "| group | generated tokens | training seconds |", "|---|---|---|"]
