@@ -280,3 +280,53 @@ def test_smollm2_generates_sensible_answer(smollm2_path: str) -> None:
     # a broken conversion (e.g. un-permuted Q/K) produces gibberish that runs to the limit.
     assert "5" in text
     assert answer[-1].item() == tok.eos_token_id
+
+
+def _damage(weights: Path, how: str) -> None:
+    """Damage a cached safetensors file the ways a disk, a tool or a person does."""
+    import os
+
+    from safetensors.torch import load_file, save_file
+
+    if how == "flip":  # one bit of the last tensor's bytes
+        data = bytearray(weights.read_bytes())
+        data[-5] ^= 0x10
+        weights.write_bytes(bytes(data))
+    elif how == "swap":  # two rows of the embedding swapped: same size, a valid file
+        state = load_file(str(weights))
+        name = next(k for k in sorted(state) if "embed" in k)
+        state[name][[0, 1]] = state[name][[1, 0]]
+        save_file(state, str(weights), metadata={"format": "pt"})
+    elif how == "truncate":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif how == "delete":
+        weights.unlink()
+    elif how == "garbage, same size and time":  # only a full hash can see this one
+        stat = weights.stat()
+        weights.write_bytes(torch.randint(0, 256, (stat.st_size,), dtype=torch.uint8).numpy().tobytes())
+        os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+@pytest.mark.parametrize("how", ["flip", "swap", "truncate", "delete", "garbage, same size and time"])
+def test_a_damaged_model_cache_is_found_and_repaired(tmp_path, monkeypatch, capsys, how):
+    from lite_ppo.cli.prepare_model import main as prepare_main
+    from lite_ppo.models.pretraining import weights_digest
+    from lite_ppo.models.testbed import shipped_digest
+
+    monkeypatch.setenv("LITE_PPO_CACHE", str(tmp_path))
+    path = Path(resolve_model("builtin:testbed-base"))
+    assert weights_digest(path) == shipped_digest("base")
+    assert registry.cache_problem(path, registry.BUILTINS["testbed-base"].version, full=True) is None
+    _damage(path / "model.safetensors", how)
+    capsys.readouterr()
+    if how.startswith("garbage"):
+        # Size and time as recorded: a run's quick check passes it; prepare-model hashes and repairs.
+        assert resolve_model("builtin:testbed-base") == str(path) and "again" not in capsys.readouterr().err
+        assert prepare_main(["builtin:testbed-base"]) == 0
+    else:
+        assert resolve_model("builtin:testbed-base") == str(path)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "builtin:testbed-base" in err[0] and err[0].endswith("building it again"), err
+    assert ("missing" if how == "delete" else "model.safetensors changed") in err[0]
+    assert weights_digest(path) == shipped_digest("base")  # the shipped weights again
+    assert registry.cache_problem(path, registry.BUILTINS["testbed-base"].version, full=True) is None

@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         return _rebuild(args.name, args.out)
     from lite_ppo.models import resolve_model  # transformers: only when the command runs
 
-    print(resolve_model(args.name))
+    # Every file of a cached builtin is hashed against its build record (a damaged one is rebuilt, said so).
+    print(resolve_model(args.name, verify=True))
     return 0
 
 

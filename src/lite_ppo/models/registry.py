@@ -6,6 +6,12 @@ because no model hub is reachable. Builtins are built once into a cache folder,
 ``$LITE_PPO_CACHE/models/<name>`` (``LITE_PPO_CACHE`` defaults to ``~/.cache/lite_ppo``),
 and reused afterwards.
 
+The cache is not trusted blindly: the build records every file's size, modification time and
+SHA-256. Each use compares sizes and times (cheap) and hashes a file whose size or time changed; a
+file that differs, is missing or cannot be read is repaired by building the folder again (for the
+shipped builtins: a fresh copy of the shipped weights, checked against their checksum), with one line
+saying so. ``lite-ppo prepare-model`` hashes every file.
+
 Example:
     >>> from lite_ppo.models.registry import resolve_model
     >>> resolve_model("builtin:tiny")                  # doctest: +SKIP
@@ -16,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -33,7 +40,7 @@ from lite_ppo.models.testbed import install_testbed_model
 from lite_ppo.models.tiny import build_tiny_model
 from lite_ppo.models.tiny_arith import install_tiny_arith_model
 
-__all__ = ["BUILTIN_PREFIX", "BUILTINS", "Builtin", "cache_dir", "resolve_model"]
+__all__ = ["BUILTIN_PREFIX", "BUILTINS", "Builtin", "cache_dir", "cache_problem", "resolve_model"]
 
 BUILTIN_PREFIX = "builtin:"
 # Written last into a finished build; a folder without it (or with an older version) is
@@ -112,33 +119,86 @@ def cache_dir() -> Path:
     return Path(root).expanduser() / "models"
 
 
-def _is_built(folder: Path, version: int) -> bool:
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _file_records(folder: Path) -> dict[str, dict[str, int | str]]:
+    """Size, modification time (ns) and SHA-256 of every file of a built folder but the marker."""
+    records = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != _MARKER):
+        stat = path.stat()
+        records[path.relative_to(folder).as_posix()] = {
+            "size": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns,
+            "sha256": _sha256(path),
+        }
+    return records
+
+
+def cache_problem(folder: Path, version: int, full: bool = False) -> str | None:
+    """Why the cached build in ``folder`` cannot be used (None: it can): not built, another version, or
+    a file that is missing or differs from the build's record. A file whose size and modification time
+    are as recorded counts as unchanged unless ``full`` (then every file is hashed)."""
     try:
-        return json.loads((folder / _MARKER).read_text())["version"] == version
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+        marker = json.loads((folder / _MARKER).read_text())
+    except (OSError, ValueError):
+        return "not built" if not folder.exists() else "its build record is missing or unreadable"
+    if not isinstance(marker, dict) or marker.get("version") != version:
+        return "built by another version of lite-ppo"
+    files = marker.get("files")
+    if not isinstance(files, dict) or not files:
+        return "its build record lists no files (a build of an older lite-ppo)"
+    for name, record in files.items():
+        path = folder / name
+        try:
+            stat = path.stat()
+            if not full and stat.st_size == record["size"] and stat.st_mtime_ns == record["mtime_ns"]:
+                continue
+            if stat.st_size != record["size"] or _sha256(path) != record["sha256"]:
+                return f"{name} changed since it was built (its SHA-256 differs from the build's)"
+        except FileNotFoundError:
+            return f"{name} is missing"
+        except (OSError, KeyError, TypeError) as err:
+            return f"{name} cannot be checked ({err})"
+    return None
 
 
-def _build_builtin(name: str) -> str:
+def _build_builtin(name: str, verify: bool = False) -> str:
     builtin = BUILTINS[name]
     root = cache_dir()
     final = root / name
     # Fast path without the lock: a finished folder is only ever replaced by a rename.
-    if _is_built(final, builtin.version):
+    problem = cache_problem(final, builtin.version, full=verify)
+    if problem is None:
         return str(final)
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"{BUILTIN_PREFIX}{name}: cannot create the model cache {root} ({err.strerror or err}); "
+            "set LITE_PPO_CACHE to a writable folder"
+        ) from None
     # The lock serialises builders (e.g. the ranks of a 2-process test); the others wait
     # and then find the folder built. Building into a temporary folder and renaming it
     # makes a crash leave no half-written model behind.
     with FileLock(str(root / f".{name}.lock")):
-        if _is_built(final, builtin.version):
+        problem = cache_problem(final, builtin.version, full=verify)
+        if problem is None:
             return str(final)
-        # First use: say so, since a conversion takes a while and nothing else is on screen meanwhile.
-        print(f"lite-ppo: preparing {BUILTIN_PREFIX}{name} in {final}: {builtin.preparing}", file=sys.stderr)
+        if final.exists():  # a damaged cache is repaired, and said so: it may explain earlier results
+            print(f"lite-ppo: {BUILTIN_PREFIX}{name} in {final}: {problem}; building it again", file=sys.stderr)
+        else:  # first use: a conversion takes a while and nothing else is on screen meanwhile
+            print(f"lite-ppo: preparing {BUILTIN_PREFIX}{name} in {final}: {builtin.preparing}", file=sys.stderr)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.build-", dir=root))
         try:
             builtin.build(str(tmp))
-            (tmp / _MARKER).write_text(json.dumps({"name": name, "version": builtin.version}))
+            marker = {"name": name, "version": builtin.version, "files": _file_records(tmp)}
+            (tmp / _MARKER).write_text(json.dumps(marker, indent=1))
             if final.exists():  # a stale or broken build: move it aside, then swap in the new one
                 stale = Path(tempfile.mkdtemp(prefix=f".{name}.stale-", dir=root))
                 final.rename(stale / name)
@@ -150,7 +210,7 @@ def _build_builtin(name: str) -> str:
     return str(final)
 
 
-def resolve_model(name_or_path: str) -> str:
+def resolve_model(name_or_path: str, verify: bool = False) -> str:
     """Return a local HF folder for a model name or path.
 
     ``builtin:<name>`` builds the named builtin once into the cache (safe to call from
@@ -162,6 +222,8 @@ def resolve_model(name_or_path: str) -> str:
         name_or_path: ``"builtin:tiny"``, ``"builtin:tiny-qwen3"``, ``"builtin:tiny-arith"``,
             ``"builtin:testbed-base"``, ``"builtin:testbed-aligned"``, ``"builtin:smollm2-135m-instruct"``
             or a folder path.
+        verify: hash every file of a builtin's cached folder (``lite-ppo prepare-model``), not only
+            those whose size or modification time changed.
 
     Raises:
         UserError: an unknown builtin name (the message lists the known ones), or a path that does
@@ -176,7 +238,7 @@ def resolve_model(name_or_path: str) -> str:
         if name not in BUILTINS:
             known = ", ".join(BUILTIN_PREFIX + n for n in BUILTINS)
             raise UserError(f"model {name_or_path!r} (model.model_path / --model): unknown builtin; known: {known}")
-        return _build_builtin(name)
+        return _build_builtin(name, verify)
     path = os.path.expanduser(name_or_path)
     if not os.path.isdir(path):
         raise UserError(
