@@ -206,7 +206,7 @@ def test_evaluate_fails_before_loading_a_model_on_a_bad_file(tmp_path, capsys):
             [
                 "evaluate",
                 "--model",
-                "/nonexistent",
+                "builtin:tiny",
                 "--benchmarks",
                 str(cfg),
                 "--data-dir",
@@ -223,7 +223,7 @@ def test_evaluate_fails_before_loading_a_model_on_a_bad_file(tmp_path, capsys):
             [
                 "evaluate",
                 "--model",
-                "/nonexistent",
+                "builtin:tiny",
                 "--benchmarks",
                 "aime24",
                 "--data-dir",
@@ -403,3 +403,27 @@ def test_evaluate_a_builtin_with_its_own_response_limit():
     assert limit("--model", "/models/Qwen3-4B-Base") == 1024
     assert limit("--model", "builtin:tiny-arith", "--max-new-tokens", "7") == 7
     assert limit("--model", "builtin:tiny-arith", sampling=SamplingConfig(max_new_tokens=48)) == 48
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["evaluate", "--model", "missing.ckpt", "--out", "o"], "--model missing.ckpt: no such file or folder"),
+        (["export-hf", "missing.ckpt", "OUT"], "checkpoint missing.ckpt: no such file or folder"),
+        (
+            ["evaluate", "--model", "builtin:tiny", "--benchmarks", "mth500", "--out", "o"],
+            "unknown benchmark 'mth500' (did you mean 'math500'?)",
+        ),
+        (["evaluate", "--model", "builtin:tiny", "--out", "o", "--limit", "abc"], "argument --limit: invalid int"),
+        (["compare"], "the following arguments are required"),
+    ],
+)
+def test_the_commands_bad_input_is_one_line(tmp_path, monkeypatch, capsys, argv, expected):
+    from lite_ppo.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"lite-ppo {argv[0]}: error: ") and expected in err[0], err

@@ -10,9 +10,10 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import re
 
-__all__ = ["UserError", "one_line", "parser_message"]
+__all__ = ["OneLineParser", "UserError", "one_line", "parser_message"]
 
 
 class UserError(ValueError):
@@ -48,3 +49,16 @@ def parser_message(message: str) -> str:
 def one_line(message: str) -> str:
     """``message`` with every run of whitespace (newlines included) made one space."""
     return " ".join(message.split())
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """The parser of the project's own subcommands: a bad option is one line naming it and where the
+    options are listed (argparse's default prints the whole usage block first).
+
+    Example:
+        >>> OneLineParser(prog="lite-ppo evaluate").parse_args(["--limit"])  # doctest: +SKIP
+        lite-ppo evaluate: error: unrecognized arguments: --limit (`lite-ppo evaluate --help` lists the options)
+    """
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (`{self.prog} --help` lists the options)\n")

@@ -20,10 +20,11 @@ and the tokenizer): it loads with ``PeftModel.from_pretrained(base, OUT_DIR)``, 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
+
+from lite_ppo.errors import OneLineParser
 
 # The keys of lite_ppo.models.loading.DTYPES, spelled here so that `export-hf --help` imports no torch.
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -110,7 +111,7 @@ def export_hf(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="lite-ppo export-hf",
         description="Write a Hugging Face folder (save_pretrained + tokenizer) from a lite-ppo checkpoint "
         "(DeepSpeed ZeRO folder or single file).",
@@ -129,6 +130,12 @@ def main(argv: list[str] | None = None) -> int:
         help="for a LoRA run (model.lora): write the peft adapter folder instead of the merged model",
     )
     args = parser.parse_args(argv)
+    if not Path(args.checkpoint).exists():
+        from lite_ppo.errors import UserError
+
+        raise UserError(
+            f"checkpoint {args.checkpoint}: no such file or folder (a .ckpt file or a DeepSpeed checkpoint folder)"
+        )
     out = export_hf(args.checkpoint, args.out_dir, model=args.model, dtype=args.dtype, adapter=args.adapter)
     print(out)
     return 0

@@ -9,16 +9,17 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
+
+from lite_ppo.errors import OneLineParser
 
 # The builtins that ship pre-trained weights; --rebuild re-runs their pre-training for provenance.
 REBUILDABLE = ("builtin:tiny-arith", "builtin:testbed-base", "builtin:testbed-aligned")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="lite-ppo prepare-model",
         description="Build or convert a builtin model into the local cache and print its folder.",
     )

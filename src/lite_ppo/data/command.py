@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 
 from lite_ppo.data import registry
-from lite_ppo.errors import UserError
+from lite_ppo.errors import OneLineParser, UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="lite-ppo data",
         description="List, fetch and locate the registered datasets (benchmarks and training tiers).",
     )

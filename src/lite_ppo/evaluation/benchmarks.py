@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,7 @@ from typing import Any
 from lite_ppo.data import registry
 from lite_ppo.data.jsonl import load_problems
 from lite_ppo.data.problem import Problem
+from lite_ppo.errors import UserError
 
 ENV_DATA_DIR = "LITE_PPO_EVAL_DIR"
 RESERVED_NAMES = ("average", "weighted_average")
@@ -66,19 +68,17 @@ class BenchmarkSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise ValueError(
-                f"benchmark name {self.name!r} must be non-empty and use only letters, digits, '_' and '-'"
-            )
+            raise UserError(f"benchmark name {self.name!r} must be non-empty and use only letters, digits, '_' and '-'")
         if self.name in RESERVED_NAMES:
-            raise ValueError(f"benchmark name {self.name!r} is reserved for the averages; choose another")
+            raise UserError(f"benchmark name {self.name!r} is reserved for the averages; choose another")
         if not isinstance(self.file, str) or not self.file:
-            raise ValueError(f"benchmark {self.name!r}: 'file' must be a non-empty path")
+            raise UserError(f"benchmark {self.name!r}: 'file' must be a non-empty path")
         if self.limit is not None and (
             isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1
         ):
-            raise ValueError(f"benchmark {self.name!r}: 'limit' must be an integer >= 1 or null, got {self.limit!r}")
+            raise UserError(f"benchmark {self.name!r}: 'limit' must be an integer >= 1 or null, got {self.limit!r}")
         if self.dataset is not None and self.dataset not in registry.DATASETS:
-            raise ValueError(
+            raise UserError(
                 f"benchmark {self.name!r}: unknown dataset {self.dataset!r}; known: {', '.join(registry.DATASETS)}"
             )
 
@@ -109,19 +109,20 @@ def spec_from_mapping(entry: Any, where: str) -> BenchmarkSpec:
     """
     if isinstance(entry, str):
         if entry not in _BY_NAME:
-            raise ValueError(
-                f"{where}: unknown benchmark {entry!r}; known: "
+            close = difflib.get_close_matches(entry, list(_BY_NAME), n=1)
+            raise UserError(
+                f"{where}: unknown benchmark {entry!r}{f' (did you mean {close[0]!r}?)' if close else ''}; known: "
                 f"{', '.join(_BY_NAME)} (or give a mapping with name and file)"
             )
         return _BY_NAME[entry]
     if not isinstance(entry, Mapping):
-        raise ValueError(
+        raise UserError(
             f"{where}: expected a mapping {{name, file, title?, limit?, in_average?}}, got {type(entry).__name__}"
         )
     allowed = {f.name for f in fields(BenchmarkSpec)}
     unknown = sorted(set(entry) - allowed)
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
     values = dict(entry)
     # A registry name with no file takes the registry's file (and title).
     if "file" not in values and values.get("name") in _BY_NAME:
@@ -129,23 +130,23 @@ def spec_from_mapping(entry: Any, where: str) -> BenchmarkSpec:
         values = {**{f.name: getattr(base, f.name) for f in fields(BenchmarkSpec)}, **values}
     for key in ("name", "file"):
         if key not in values:
-            raise ValueError(f"{where}: '{key}' is missing")
+            raise UserError(f"{where}: '{key}' is missing")
     try:
         return BenchmarkSpec(**values)
     except (TypeError, ValueError) as error:
-        raise ValueError(f"{where}: {error}") from None
+        raise UserError(f"{where}: {error}") from None
 
 
 def parse_benchmark_list(entries: Any, where: str) -> list[BenchmarkSpec]:
     """Specs from a list of mappings / registry names (``paper``: the paper's six); names must be unique."""
     if not isinstance(entries, Sequence) or isinstance(entries, (str, bytes)) or not entries:
-        raise ValueError(f"{where}: expected a non-empty list of benchmarks")
+        raise UserError(f"{where}: expected a non-empty list of benchmarks")
     entries = [name for entry in entries for name in (registry.ALIASES["paper"] if entry == "paper" else (entry,))]
     specs = [spec_from_mapping(entry, f"{where}[{i}]") for i, entry in enumerate(entries)]
     seen: set[str] = set()
     for spec in specs:
         if spec.name in seen:
-            raise ValueError(f"{where}: benchmark name {spec.name!r} appears twice")
+            raise UserError(f"{where}: benchmark name {spec.name!r} appears twice")
         seen.add(spec.name)
     return specs
 
@@ -187,17 +188,17 @@ def _load_yaml(path: Path) -> tuple[list[BenchmarkSpec], str | None]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as error:
-        raise ValueError(f"{path}: invalid YAML ({error})") from None
+        raise UserError(f"{path}: invalid YAML ({error})") from None
     if isinstance(data, list):
         return parse_benchmark_list(data, f"{path}"), None
     if not isinstance(data, Mapping) or "benchmarks" not in data:
-        raise ValueError(f"{path}: expected a mapping with a 'benchmarks' list (and optionally 'data_dir')")
+        raise UserError(f"{path}: expected a mapping with a 'benchmarks' list (and optionally 'data_dir')")
     unknown = sorted(set(data) - {"benchmarks", "data_dir"})
     if unknown:
-        raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}; allowed: benchmarks, data_dir")
+        raise UserError(f"{path}: unknown key(s) {', '.join(unknown)}; allowed: benchmarks, data_dir")
     data_dir = data.get("data_dir")
     if data_dir is not None and not isinstance(data_dir, str):
-        raise ValueError(f"{path}: 'data_dir' must be a path string or null")
+        raise UserError(f"{path}: 'data_dir' must be a path string or null")
     return parse_benchmark_list(data["benchmarks"], f"{path}: benchmarks"), data_dir
 
 
@@ -219,7 +220,7 @@ def apply_limit(specs: Sequence[BenchmarkSpec], limit: int | None) -> list[Bench
     if limit is None:
         return list(specs)
     if limit < 1:
-        raise ValueError(f"limit must be >= 1, got {limit}")
+        raise UserError(f"limit must be >= 1, got {limit}")
     return [replace(s, limit=limit if s.limit is None else min(s.limit, limit)) for s in specs]
 
 

@@ -22,12 +22,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lite_ppo.errors import OneLineParser
+
 DEFAULT_BENCHMARK_CONFIG = "configs/eval/benchmarks.yaml"
 DEFAULT_MAX_NEW_TOKENS = 1024
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="lite-ppo evaluate",
         description="Evaluate a model (HF folder, builtin:<name>, or a .ckpt file or DeepSpeed checkpoint folder "
         "from lite-ppo fit) on math benchmarks; writes metrics.json, metrics.md and responses.jsonl to --out.",
@@ -282,8 +284,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # vLLM on CPU must run in-process (in-place weight updates); harmless for HF.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from lite_ppo.evaluation.benchmarks import apply_limit, load_benchmark_config, load_benchmarks, resolve_data_dir
+    from lite_ppo.errors import UserError
     from lite_ppo.evaluation.runner import evaluate_and_report, load_policy_module
 
+    # The settings, then the model's path, then the benchmarks: a mistake is said before any
+    # benchmark is looked for or fetched.
+    producer, sampling = rollout_from_args(args)
+    if not str(args.model).startswith("builtin:") and not Path(args.model).expanduser().exists():
+        raise UserError(
+            f"--model {args.model}: no such file or folder (give a Hugging Face folder, builtin:NAME, "
+            "a .ckpt file or a DeepSpeed checkpoint folder)"
+        )
     source = args.benchmarks
     if source is None and Path(DEFAULT_BENCHMARK_CONFIG).is_file():
         source = DEFAULT_BENCHMARK_CONFIG
@@ -292,7 +303,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     data_dir = resolve_data_dir(args.data_dir, configured_dir)
     benchmarks = load_benchmarks(specs, data_dir)  # every file is checked before the model loads
 
-    producer, sampling = rollout_from_args(args)
     engine, prompt, reward = producer.engine, producer.prompt, producer.reward
     engine_name = type(engine).__name__
     batch_size = args.batch_size or (256 if "vllm" in engine_name.lower() else 16)

@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from lite_ppo.errors import UserError
+from lite_ppo.errors import OneLineParser, UserError
 from lite_ppo.research.context import context_from_config
 from lite_ppo.research.rules import advise, format_findings
 from lite_ppo.research.runs import find_runs
@@ -58,7 +58,7 @@ def _relative(path: Path) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="lite-ppo advise",
         description=__doc__.split("\n\n")[0].replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,

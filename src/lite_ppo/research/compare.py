@@ -34,7 +34,7 @@ import json
 import sys
 from pathlib import Path
 
-from lite_ppo.errors import UserError
+from lite_ppo.errors import OneLineParser, UserError
 from lite_ppo.research.compute_axis import AXES, cumulative
 from lite_ppo.research.figures import BAND_TEXT, plot_comparison
 from lite_ppo.research.quantities import quantities_for
@@ -102,7 +102,7 @@ def compare(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="lite-ppo compare",
         description=__doc__.split("\n\n")[0].replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,

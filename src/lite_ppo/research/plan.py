@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from lite_ppo import metric_names as names
-from lite_ppo.errors import UserError
+from lite_ppo.errors import OneLineParser, UserError
 from lite_ppo.research.power import (
     ALPHA,
     POWER,
@@ -187,7 +187,7 @@ def report(result: dict[str, Any]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="lite-ppo plan",
         description=__doc__.split("\n\n")[0].replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -46,7 +46,7 @@ import sys
 import time
 from pathlib import Path
 
-from lite_ppo.errors import UserError
+from lite_ppo.errors import OneLineParser, UserError
 from lite_ppo.research.grid import GridPoint, expand_grid
 from lite_ppo.research.slurm import emit_slurm
 
@@ -213,7 +213,7 @@ def main(argv: list[str]) -> int:
         argv, passthrough = argv[:cut], argv[cut + 1 :]
     else:
         passthrough = []
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="lite-ppo sweep",
         description=__doc__.split("\n\n")[0].replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
