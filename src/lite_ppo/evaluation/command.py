@@ -283,8 +283,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate as ``args`` say; returns the metrics.json payload."""
     # vLLM on CPU must run in-process (in-place weight updates); harmless for HF.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    from lite_ppo.evaluation.benchmarks import apply_limit, load_benchmark_config, load_benchmarks, resolve_data_dir
     from lite_ppo.errors import UserError
+    from lite_ppo.evaluation.benchmarks import apply_limit, load_benchmark_config, load_benchmarks, resolve_data_dir
     from lite_ppo.evaluation.runner import evaluate_and_report, load_policy_module
 
     # The settings, then the model's path, then the benchmarks: a mistake is said before any
