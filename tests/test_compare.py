@@ -603,3 +603,32 @@ def test_diverged_and_short_runs_are_left_out_and_said(tmp_path, capsys):
         assert f"group {label}: seed {seed} left out" in console
     md = (out / "summary.md").read_text()
     assert "seed 2: short: 2 training steps" in md and "Rule: runs left out" in md
+
+
+def test_a_factor_that_sets_the_model_keeps_one_design(tmp_path):
+    """``--factor init=base:models/a.yaml,aligned:models/b.yaml``: the cells' run folders and labels name
+    different models, yet they are one 2 x 2 with its effects (the factor "norm" standing in for init)."""
+    root = tmp_path / "runs"
+    for (norm, agg), ys in CELLS.items():
+        model = {"g": "base-model", "b": "aligned-model"}[norm]
+        for seed, y in enumerate(ys):
+            record = {
+                "recipe": "lite",
+                "seed": seed,
+                "model": f"builtin:{model}",
+                "model_name": model,
+                "cell": {"norm": norm, "agg": agg},
+                "factors": {"norm": ["g", "b"], "agg": ["t", "s"]},
+            }
+            scalars = {m.REWARD_ACCURACY: {0: 0.1, 1: 0.2}, m.EVAL_AVERAGE_ACCURACY: {0: 0.1, 2: y}}
+            write_events(root / f"norm={norm}_agg={agg}" / "lite" / model / f"seed{seed}", scalars, record)
+    out = tmp_path / "cmp"
+    assert compare_main([str(root), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert not [n for n in summary["notes"] if "no factorial effects" in n], summary["notes"]
+    (design,) = summary["factorial"]
+    assert "base-model" in design["base"] and "aligned-model" in design["base"]
+    norm, _ = design["main_effects"]
+    assert norm["estimate"] == pytest.approx(0.22 / 3, abs=1e-6)
+    (inter,) = design["interactions"]
+    assert inter["estimate"] == pytest.approx(-0.04, abs=1e-6)

@@ -46,7 +46,7 @@ Cell = tuple[str, ...]
 class Design:
     """The groups of one factorial design: ``factors`` (name -> levels, reference first) and one group per cell."""
 
-    base: str  # what the cells share (recipe/model)
+    base: str  # what the cells share (recipe/model; the cells' labels joined by " | " when a factor sets the model)
     factors: dict[str, list[str]]
     cells: dict[Cell, RunGroup] = field(default_factory=dict)
 
@@ -65,8 +65,12 @@ def find_designs(groups: list[RunGroup]) -> tuple[list[Design], list[str]]:
         if not run.cell:
             continue
         factors = run.factors or {name: [] for name in run.cell}
-        key = json.dumps([group.base_label, sorted(factors)])
+        # A sweep's design is its recipe and its factors; a factor may change the model (init=base,aligned),
+        # so the cells of one design can have different recipe/model labels.
+        key = json.dumps([run.recipe if run.factors else group.base_label, sorted(factors)])
         design = designs.setdefault(key, Design(group.base_label, {name: list(v) for name, v in factors.items()}))
+        if group.base_label not in design.base.split(" | "):
+            design.base = f"{design.base} | {group.base_label}"
         for name, level in run.cell.items():  # levels seen but not in the recorded design go last
             if name in design.factors and level not in design.factors[name]:
                 design.factors[name].append(level)
