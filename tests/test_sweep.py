@@ -468,3 +468,38 @@ def test_parallel_sweep_runs_points_side_by_side_with_their_thread_count(tmp_pat
 def test_bad_parallel_is_a_user_error(tmp_path, capsys):
     assert sweep_main(_args(tmp_path / "runs", "--parallel", "0")) == 2
     assert "--parallel" in capsys.readouterr().err
+
+
+def test_only_runs_some_cells_of_the_design_with_its_names(tmp_path, capsys):
+    """``--only init=aligned`` tops up some cells: the points are those cells' (same sweep keys, cell
+    names and recorded design as in the full grid), the others are not run."""
+    from lite_ppo.research.sweep import only_points
+
+    init = f"init=base:{TESTBED},aligned:{REPO / 'configs/models/testbed_aligned.yaml'}"
+    clip = f"clip=symmetric,higher:{FACTORS / 'clip_higher.yaml'}"
+    full = expand_grid(RECIPES[:1], [16, 17], factors=[init, clip])
+    some = only_points(full, ["init=aligned"])
+    assert len(full) == 8 and len(some) == 4
+    assert {dict(p.cell)["init"] for p in some} == {"aligned"}
+    assert {p.sweep_key for p in some} <= {p.sweep_key for p in full}
+    assert all(dict(p.design) == {"init": ("base", "aligned"), "clip": ("symmetric", "higher")} for p in some)
+    emit = tmp_path / "slurm"
+    args = [
+        "--recipe",
+        RECIPES[0],
+        "--seed",
+        "16",
+        "17",
+        "--factor",
+        init,
+        "--factor",
+        clip,
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    assert sweep_main([*args, "--only", "init=aligned", "--emit-slurm", str(emit)]) == 0
+    assert len(list(emit.glob("*.sh"))) == 4 and all("init=aligned" in p.name for p in emit.glob("*.sh"))
+    capsys.readouterr()
+    assert sweep_main([*args, "--only", "init=tuned", "--emit-slurm", str(emit)]) == 2
+    assert "init has the levels base, aligned" in capsys.readouterr().err
+    assert sweep_main([*args, "--only", "lr=1", "--emit-slurm", str(emit)]) == 2

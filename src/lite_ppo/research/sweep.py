@@ -79,6 +79,25 @@ def find_point_runs(point: GridPoint, out: Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
+def only_points(points: list[GridPoint], only: list[str]) -> list[GridPoint]:
+    """The points whose cell has every ``FACTOR=LEVEL`` of ``only`` (all points without it)."""
+    wanted: dict[str, str] = {}
+    for item in only:
+        name, sep, level = item.partition("=")
+        if not sep or not name or not level:
+            raise UserError(f"--only {item!r}: expected FACTOR=LEVEL (e.g. init=aligned)")
+        wanted[name] = level
+    if not wanted:
+        return points
+    design = dict(points[0].design) if points else {}
+    for name, level in wanted.items():
+        if name not in design:
+            raise UserError(f"--only {name}={level}: no factor {name!r}; the factors: {', '.join(design) or 'none'}")
+        if level not in design[name]:
+            raise UserError(f"--only {name}={level}: {name} has the levels {', '.join(design[name])}")
+    return [p for p in points if all(dict(p.cell).get(n) == lv for n, lv in wanted.items())]
+
+
 def finished_run(point: GridPoint, out: Path) -> Path | None:
     from lite_ppo.research.run_record import read_run_record  # imports Lightning: not for --help
 
@@ -232,6 +251,14 @@ def main(argv: list[str]) -> int:
         "its callbacks merged by class into the recipe's (a LEVEL alone: the recipe unchanged)",
     )
     parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="FACTOR=LEVEL",
+        help="run only the grid points with this factor level (repeatable; e.g. --only init=aligned to add seeds "
+        "to some cells of a design: the runs keep the whole design's cell names and compare with the others)",
+    )
+    parser.add_argument(
         "--grid-config",
         action="append",
         default=[],
@@ -292,6 +319,7 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         points = expand_grid(args.recipe, args.seed, args.config, args.grid_config, args.grid, passthrough, args.factor)
+        points = only_points(points, args.only)
         compare_args = shlex.split(args.compare_args)
     except (UserError, ValueError) as err:
         print(f"lite-ppo sweep: error: {err}", file=sys.stderr)
