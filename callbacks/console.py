@@ -22,6 +22,15 @@ LIVE_METRICS: dict[str, str] = {
     names.CLIP_FRACTION: "clip",
     names.STEP_SECONDS: "s/step",
 }
+# Objectives other than the PPO clip log no clip/fraction; their own figure takes its place (label, tag).
+STANDS_IN: dict[str, tuple[tuple[str, str], ...]] = {
+    names.CLIP_FRACTION: (
+        ("clip", names.GSPO_CLIP_FRACTION),  # GSPO: responses whose sequence ratio was clipped
+        ("clip", names.CISPO_CLIPPED_FRACTION),  # CISPO: tokens whose IS weight was clipped
+        ("gate+", names.SAPO_GRAD_SCALE_POSITIVE),  # SAPO: the share of the A>0 gradient its gate keeps
+    ),
+}
+LIVE_STAND_INS: dict[str, str] = {tag: label for alts in STANDS_IN.values() for label, tag in alts}
 
 
 class ConsoleProgressBar(RichProgressBar):
@@ -34,7 +43,9 @@ class ConsoleProgressBar(RichProgressBar):
       ``Validation``) show from their first phase, at ``0/N``, not only once a batch is done.
     - The key live metrics next to it, with short labels: ``acc`` (``reward/accuracy``), ``len``
       (``response/length_mean``), ``kl`` (``policy/approx_kl``), ``clip`` (``clip/fraction``),
-      ``s/step`` (``time/step_s``); Lightning's ``v_num`` is dropped.
+      ``s/step`` (``time/step_s``); Lightning's ``v_num`` is dropped. Under GSPO and CISPO ``clip`` is
+      their own clip share (``gspo/clip_fraction``, ``cispo/clipped_fraction``), under SAPO ``gate+``
+      (``sapo/grad_scale_of_positive``).
     - Every ``summary_every_n_steps`` training steps one plain line, as TRL and verl print, e.g.
       ``step 3/6 | acc 0.41 | len 23.1 | kl 0.002 | clip 0.01 | 12.3 s``. In a terminal it sits above
       the live bar; redirected to a file, the bar draws only its final state and the file gets
@@ -134,7 +145,7 @@ class ConsoleProgressBar(RichProgressBar):
     def get_metrics(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any]:
         items = super().get_metrics(trainer, pl_module)
         items.pop("v_num", None)
-        return {LIVE_METRICS.get(k, k): v for k, v in items.items()}
+        return {LIVE_METRICS.get(k) or LIVE_STAND_INS.get(k, k): v for k, v in items.items()}
 
     def summary_line(self, trainer: Trainer, step: int) -> str:
         """``step k/N | label value | ... | 12.3 s`` from the metrics logged this step."""
@@ -142,6 +153,8 @@ class ConsoleProgressBar(RichProgressBar):
         parts = [f"step {step}/{total}" if total else f"step {step}"]
         metrics = trainer.callback_metrics
         for label, tag in self.summary_metrics.items():
+            if tag not in metrics:
+                label, tag = next(((lb, t) for lb, t in STANDS_IN.get(tag, ()) if t in metrics), (label, tag))
             if tag not in metrics:
                 continue
             value = float(metrics[tag])

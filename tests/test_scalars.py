@@ -215,6 +215,14 @@ def test_summary_line_and_phase_text():
     # The clip fraction was not logged this step: left out rather than shown as 0.
     assert bar.summary_line(trainer, 3) == "step 3/6 | acc 0.406 | len 23.1 | kl 0.0021 | 12.3 s"
     assert ConsoleProgressBar(summary_metrics={"mixed": names.GROUPS_MIXED}).summary_line(trainer, 1) == "step 1/6"
+    # GSPO, CISPO, SAPO log no clip/fraction: their own figure stands in for it.
+    for tag, shown in (
+        (names.GSPO_CLIP_FRACTION, "clip 0.25"),
+        (names.CISPO_CLIPPED_FRACTION, "clip 0.25"),
+        (names.SAPO_GRAD_SCALE_POSITIVE, "gate+ 0.25"),
+    ):
+        trainer.callback_metrics = {names.APPROX_KL: torch.tensor(0.0021), tag: torch.tensor(0.25)}
+        assert bar.summary_line(trainer, 1) == f"step 1/6 | kl 0.0021 | {shown}"
     assert (
         phase_text(("updating", 2, 4)) == "updating 2/4"
         and phase_text(("generating", 0, 0)) == "generating"

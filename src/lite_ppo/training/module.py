@@ -372,7 +372,13 @@ class LitePPO(LightningModule):
         stats = _update_stats(scalars)
         for technique in techniques:
             technique.on_update_end(self.trainer, self, rollout, stats)
-        live = {names.APPROX_KL, names.CLIP_FRACTION}  # shown in the progress bar too
+        live = {  # shown in the progress bar too (the clip share of whichever objective runs)
+            names.APPROX_KL,
+            names.CLIP_FRACTION,
+            names.GSPO_CLIP_FRACTION,
+            names.CISPO_CLIPPED_FRACTION,
+            names.SAPO_GRAD_SCALE_POSITIVE,
+        }
         for prog_bar in (False, True):
             part = {k: v for k, v in scalars.items() if (k in live) == prog_bar}
             self.log_dict(part, on_step=True, on_epoch=False, batch_size=rollout.num_responses, prog_bar=prog_bar)
