@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks.progress.rich_progress import RichProgressBar, 
 from typing_extensions import override
 
 from lite_ppo import metric_names as names
+from lite_ppo.training.schedule import planned_rollout_steps
 
 # Tag -> the short label it has in the bar and in the summary line.
 LIVE_METRICS: dict[str, str] = {
@@ -195,10 +196,8 @@ def _short(value: float) -> str:
 
 
 def _planned_steps(trainer) -> int | None:
-    """Training steps (rollout batches) of the whole fit, when known."""
-    batches = trainer.num_training_batches
-    if not isinstance(batches, int) and not (isinstance(batches, float) and math.isfinite(batches)):
-        return None
-    if trainer.max_epochs is None or trainer.max_epochs < 1:
-        return None
-    return int(batches) * trainer.max_epochs
+    """Training steps (rollout batches) the fit will run, when known: the epochs' batches, or fewer when
+    ``trainer.max_steps`` (optimizer steps) ends the fit first."""
+    module = getattr(trainer, "lightning_module", None)
+    num_mini_batches = getattr(getattr(module, "hparams", None), "get", lambda *_: 1)("num_mini_batches", 1)
+    return planned_rollout_steps(trainer, int(num_mini_batches or 1))

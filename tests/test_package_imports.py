@@ -119,7 +119,7 @@ def test_no_evaluation_or_rollout_module_imports_a_callback():
 # techniques, above the training they hook into; the command line sits on top of everything).
 LAYERS = [
     {"lite_ppo.ops", "lite_ppo.errors", "lite_ppo.metric_names", "lite_ppo._moved"},
-    {"lite_ppo", "lite_ppo.strategies", "lite_ppo.rewards", "lite_ppo.data"},
+    {"lite_ppo", "lite_ppo.strategies", "lite_ppo.rewards", "lite_ppo.data", "lite_ppo.config_merge"},
     {"lite_ppo.models", "lite_ppo.step_metrics", "lite_ppo.reliability"},
     {"lite_ppo.rollout", "lite_ppo.checkpoints"},
     {"lite_ppo.technique"},

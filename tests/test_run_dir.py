@@ -144,6 +144,7 @@ def test_run_record_lifecycle(tmp_path):
         log_dir = str(tmp_path)
         global_step = 0
         estimated_stepping_batches = 3
+        num_training_batches, max_epochs, max_steps = 3, 1, -1
         is_global_zero = True
 
     trainer = FakeTrainer()

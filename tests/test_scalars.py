@@ -348,3 +348,21 @@ def test_docs_scalar_table_is_the_generated_one():
     begin = page.index("-->", page.index("<!-- scalar-table:begin")) + len("-->\n")
     end = page.index("<!-- scalar-table:end -->")
     assert page[begin:end] == names.scalar_table_markdown()
+
+
+def test_planned_rollout_steps_and_the_short_run_note():
+    from lite_ppo.training.schedule import planned_rollout_steps, short_run_note
+
+    def trainer(batches, epochs, max_steps):
+        fields = {"num_training_batches": batches, "max_epochs": epochs, "max_steps": max_steps}
+        return type("T", (), {**fields, "estimated_stepping_batches": 0})()
+
+    # The case: 20 rollout steps of 4 optimizer steps, max_steps 12 -> 3 rollout steps, not 20.
+    assert planned_rollout_steps(trainer(20, 1, 12), 4) == 3
+    assert planned_rollout_steps(trainer(20, 2, -1), 4) == 40
+    assert planned_rollout_steps(trainer(20, 1, 200), 4) == 20
+    assert planned_rollout_steps(trainer(float("inf"), -1, 10), 4) == 3  # ceil(10 / 4)
+    assert planned_rollout_steps(trainer(float("inf"), -1, -1), 4) is None
+    note = short_run_note(trainer(20, 1, 12), 4)
+    assert "stops after 3 of the epoch's 20 rollout steps" in note and "--data.steps_per_epoch=3" in note
+    assert short_run_note(trainer(20, 1, 80), 4) is None and short_run_note(trainer(20, 1, -1), 4) is None

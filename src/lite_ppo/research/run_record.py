@@ -101,7 +101,7 @@ class RunRecord(Callback):
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Every rank must ask: ``trainer.log_dir`` broadcasts rank 0's folder (a rank-zero-only call deadlocks).
         log_dir = trainer.log_dir if self.enabled else None
-        planned = _planned_steps(trainer)
+        planned = _planned_steps(trainer, pl_module)
         if log_dir is None or not trainer.is_global_zero:
             return
         self.path = Path(log_dir) / RUN_FILE
@@ -236,12 +236,16 @@ def git_commit() -> str | None:
     return commit if result.returncode == 0 and len(commit) == 40 else None
 
 
-def _planned_steps(trainer: Trainer) -> int | None:
+def _planned_steps(trainer: Trainer, module: LightningModule | None) -> int | None:
+    """Training steps (rollout batches) the fit will run, when known (see planned_rollout_steps)."""
+    from lite_ppo.training.schedule import planned_rollout_steps
+
+    hparams = getattr(module, "hparams", None) or {}
     try:
-        total = trainer.estimated_stepping_batches
+        trainer.estimated_stepping_batches  # noqa: B018 (sets up the train loader when needed)
     except Exception:  # noqa: BLE001 - only informative; some dataloaders cannot say
         return None
-    return int(total) if total != float("inf") else None
+    return planned_rollout_steps(trainer, int(hparams.get("num_mini_batches", 1) or 1))
 
 
 def _now() -> str:

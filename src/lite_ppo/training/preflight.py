@@ -34,9 +34,11 @@ Example:
 from __future__ import annotations
 
 import math
+import sys
 from typing import TYPE_CHECKING, Any
 
 from lite_ppo.errors import UserError
+from lite_ppo.training.schedule import short_run_note
 
 if TYPE_CHECKING:  # pragma: no cover
     from lightning.pytorch import LightningModule, Trainer
@@ -56,6 +58,9 @@ def check_fit_settings(trainer: Trainer, module: LightningModule) -> None:
     _check_lora(hp, trainer)
     rollout = _rollout_callback(trainer)
     _check_batch_shape(hp, trainer, rollout)
+    note = short_run_note(trainer, hp.num_mini_batches)
+    if note and trainer.is_global_zero:
+        print(f"lite-ppo fit: note: {note}", file=sys.stderr, flush=True)
     if rollout is not None:
         _check_context(hp.model_path, rollout)
 
