@@ -632,3 +632,42 @@ def test_a_factor_that_sets_the_model_keeps_one_design(tmp_path):
     assert norm["estimate"] == pytest.approx(0.22 / 3, abs=1e-6)
     (inter,) = design["interactions"]
     assert inter["estimate"] == pytest.approx(-0.04, abs=1e-6)
+
+
+def test_intervals_are_cut_at_each_quantitys_range(tmp_path, monkeypatch):
+    """Two seeds far apart: the 95 % t-interval (t = 12.7) of an accuracy reaches below 0 % and above
+    100 %, and of an entropy below 0; summary.md and the figures' bands stop at the quantity's range, and
+    the last step gets no interval."""
+    import matplotlib.axes
+
+    root = tmp_path / "runs"
+    for seed, (acc, ent) in enumerate([(0.05, 0.01), (0.95, 0.5)]):
+        scalars = {
+            m.REWARD_ACCURACY: {k: acc for k in range(3)},
+            m.ENTROPY: {k: ent for k in range(3)},
+            m.STEP_SECONDS: dict.fromkeys(range(3), 1.0 + 40 * seed),
+        }
+        write_events(root / "lite" / "tiny" / f"seed{seed}", scalars, {"recipe": "lite", "seed": seed})
+    bands: list[tuple[float, float]] = []
+    original = matplotlib.axes.Axes.fill_between
+
+    def spy(self, x, low, high, *args, **kwargs):
+        bands.append((float(np.min(low)), float(np.max(high))))
+        return original(self, x, low, high, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "fill_between", spy)
+    out = tmp_path / "cmp"
+    assert compare_main([str(root), "--out", str(out)]) == 0
+    group = json.loads((out / "summary.json").read_text())["groups"][0]
+    raw = group["quantities"][m.REWARD_ACCURACY]["final"]["ci"]
+    assert raw[0] < 0 and raw[1] > 1  # the interval itself, as computed
+    md = (out / "summary.md").read_text()
+    accuracy = next(line for line in md.splitlines() if line.startswith("| lite/tiny | 0.5 "))
+    assert "[0, 1]" in accuracy and accuracy.rstrip(" |").endswith("(n=2)")  # last step: no interval
+    entropy_row = [line for line in md.splitlines() if line.startswith("| lite/tiny | 0.255")][0]
+    assert "[0, " in entropy_row
+    compute = md.split("## Compute per run", 1)[1].splitlines()
+    seconds = next(line for line in compute if line.startswith("| lite/tiny |")).split("|")[3]
+    assert seconds.strip().startswith("63 ") and "[0, " in seconds  # 3 s and 123 s: the t-interval dips below 0
+    assert bands and all(low >= 0 for low, _ in bands)  # percent for shares, nats for entropy: never below 0
+    assert all(high <= 100.0 + 1e-9 for _, high in bands)  # the accuracy band stops at 100 %

@@ -90,7 +90,7 @@ def compare(
     summary["figures"] = [p.name for p in figures]
     summary["band"] = band
     summary["unreadable"] = [str(path) for path in unreadable]
-    summary["band_text"] = BAND_TEXT[band]
+    summary["band_text"] = f"{BAND_TEXT[band]}, cut at each quantity's range"
     summary["x"] = axis.name
     summary["x_label"] = axis.label
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

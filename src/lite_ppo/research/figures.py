@@ -143,6 +143,11 @@ def _draw(
         x, x_low, x_high, mean, low, high = aggregate_xy(series, xs, band)
         if not x.size:
             continue
+        # A t-interval from few seeds can reach past what the quantity can be (accuracy below 0 % or
+        # above 100 %, negative lengths): the band is cut at the quantity's range (the caption says so).
+        floor, ceiling = quantity.value_range
+        low = np.clip(low, floor, ceiling) if floor is not None or ceiling is not None else low
+        high = np.clip(high, floor, ceiling) if floor is not None or ceiling is not None else high
         colour = colours[key]
         label = f"{group.label} (n={len(series)})"
         if quantity.evaluation or x.size == 1:
@@ -235,9 +240,11 @@ def plot_comparison(
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), fontsize=8, frameon=False)
-    fig.suptitle(f"Mean over seeds, shaded / bars: {BAND_TEXT[band]}", fontsize=10)
-    fig.tight_layout(rect=(0, 0.06 + 0.02 * math.ceil(len(labels) / 4), 1, 0.97))
+    # Two entries a row: long group labels (recipe/model [cell]) would run past the figure's edge at four.
+    ncol = min(2, max(1, len(labels)))
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    fig.suptitle(f"Mean over seeds, shaded / bars: {BAND_TEXT[band]}, cut at each quantity's range", fontsize=10)
+    fig.tight_layout(rect=(0, 0.03 + 0.025 * math.ceil(len(labels) / ncol), 1, 0.97))
     overview = out_dir / OVERVIEW_FILE
     fig.savefig(overview, dpi=dpi)
     plt.close(fig)

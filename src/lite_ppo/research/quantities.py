@@ -22,7 +22,8 @@ class Quantity:
     """A scalar tag with how to show it.
 
     ``share``: a fraction in [0, 1], plotted in percent. ``better``: which way is an improvement
-    (the summary's "best" is the max or min accordingly; None: it reports the max).
+    (the summary's "best" is the max or min accordingly; None: it reports the max). ``nonnegative``:
+    the quantity cannot be below 0 (lengths, entropy, shares): figures clip their bands to its range.
     """
 
     tag: str
@@ -30,6 +31,12 @@ class Quantity:
     unit: str
     share: bool = False
     better: Literal["higher", "lower"] | None = None
+    nonnegative: bool = True
+
+    @property
+    def value_range(self) -> tuple[float | None, float | None]:
+        """The values the quantity can take: [0, 1] for a share, [0, inf) when non-negative."""
+        return (0.0, 1.0) if self.share else ((0.0, None) if self.nonnegative else (None, None))
 
     @property
     def axis_label(self) -> str:

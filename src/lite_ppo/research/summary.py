@@ -263,7 +263,8 @@ def summarize(
         "groups": out_groups,
         # better: None where no direction is an improvement (response length, entropy): "best" is only the max.
         "quantities": {
-            q.tag: {"title": q.title, "unit": q.unit, "share": q.share, "better": q.better} for q in quantities
+            q.tag: {"title": q.title, "unit": q.unit, "share": q.share, "better": q.better, "range": q.value_range}
+            for q in quantities
         },
         "score": _score_section(groups, tables, rule),
         "factorial": factorial,
@@ -285,15 +286,25 @@ def _p(p: float | None) -> str:
     return "–" if p is None else (f"{p:.2g}" if p >= 1e-4 else "< 1e-4")
 
 
-def _fmt(stat: dict[str, Any] | None) -> str:
-    """``mean ± std (n=N) [low, high]``; ``–`` when nothing was logged."""
+def _fmt(
+    stat: dict[str, Any] | None, ci: bool = True, value_range: tuple[float | None, float | None] = (None, None)
+) -> str:
+    """``mean ± std (n=N) [low, high]``; ``–`` when nothing was logged. The interval is cut at the
+    quantity's ``value_range`` (a t-interval of few seeds can reach below 0 seconds or above 100 %);
+    ``ci=False`` leaves it out (a step count is not an estimate)."""
     if not stat or stat["mean"] is None:
         return "–"
     text = f"{stat['mean']:.4g}"
     if stat["std"] is not None and not math.isnan(stat["std"]):
         text += f" ± {stat['std']:.2g}"
     text += f" (n={stat['n']})"
-    return text + (f" {_ci(stat['ci'])}" if stat.get("ci") else "")
+    if not ci or not stat.get("ci"):
+        return text
+    low, high = stat["ci"]
+    floor, ceiling = value_range
+    low = max(low, floor) if floor is not None and low is not None else low
+    high = min(high, ceiling) if ceiling is not None and high is not None else high
+    return f"{text} {_ci([low, high])}"
 
 
 def _diff(stat: dict[str, Any] | None) -> tuple[str, str, str]:
@@ -423,7 +434,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     lines += _factorial_markdown(summary["factorial"], summary["notes"])
     lines += ["", "## Compute per run", "", "| group | generated tokens | training seconds |", "|---|---|---|"]
     for g in summary["groups"]:
-        lines.append(f"| {g['label']} | {_fmt(g['compute']['tokens'])} | {_fmt(g['compute']['seconds'])} |")
+        tokens, seconds = (_fmt(g["compute"][k], value_range=(0.0, None)) for k in ("tokens", "seconds"))
+        lines.append(f"| {g['label']} | {tokens} | {seconds} |")
     for tag, meta in summary["quantities"].items():
         rows = [(g["label"], g["quantities"][tag]) for g in summary["groups"] if tag in g["quantities"]]
         if not rows:
@@ -432,10 +444,10 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         # Response length or entropy has no better direction: its extreme is a "max", not a "best".
         extreme = "best" if meta.get("better") else "max"
         lines += [f"| group | final | {extreme} | {extreme} is | last step |", "|---|---|---|---|---|"]
+        value_range = tuple(meta.get("range") or (None, None))
         for label, q in rows:
-            lines.append(
-                f"| {label} | {_fmt(q['final'])} | {_fmt(q['best'])} | {q['best_rule']} | {_fmt(q['final_step'])} |"
-            )
+            final, best = _fmt(q["final"], value_range=value_range), _fmt(q["best"], value_range=value_range)
+            lines.append(f"| {label} | {final} | {best} | {q['best_rule']} | {_fmt(q['final_step'], ci=False)} |")
     lines += [
         "",
         f"## Steps until training accuracy (`{REWARD_ACCURACY}`) first reached 50 % / 90 % of its final value",
