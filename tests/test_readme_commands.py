@@ -83,3 +83,22 @@ def test_readme_benchmark_scripts_take_the_options_it_shows():
         source = script.read_text(encoding="utf-8")
         for option in [a for a in argv[2:] if a.startswith("--")]:
             assert f'"{option}"' in source, f"{line}: {script.name} has no option {option}"
+
+
+def test_readme_names_every_shipped_recipe_and_technique():
+    """The README's lists of recipes and techniques are complete: a recipe or technique added without a
+    word there fails here."""
+    import inspect
+
+    import lite_ppo.callbacks as callbacks
+    from lite_ppo.technique import Technique
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    recipes = sorted(p.stem for p in (REPO / "configs/recipes").glob("*.yaml"))
+    assert [r for r in recipes if f"`{r}`" not in readme] == []
+    techniques = sorted(
+        name
+        for name, obj in vars(callbacks).items()
+        if inspect.isclass(obj) and issubclass(obj, Technique) and obj is not Technique
+    )
+    assert len(techniques) >= 15 and [t for t in techniques if f"`{t}`" not in readme] == []
