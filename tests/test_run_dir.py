@@ -69,6 +69,10 @@ def test_configure_fills_only_what_is_unset(tmp_path):
     config = _config(tmp_path)
     config["ckpt_path"] = str(tmp_path / "lite_ppo/tiny/seed7/checkpoints/last.ckpt")
     assert configure_run_dir(config)[0] == tmp_path / "lite_ppo" / "tiny" / "seed7"
+    # A LoRA run says so in its name.
+    config = _config(tmp_path)
+    config["model"]["lora"] = {"r": 8}
+    assert configure_run_dir(config)[0] == tmp_path / "lite_ppo" / "tiny+lora" / "seed7"
     # No recipe field: "custom"; no TensorBoard logger: nothing to do.
     config = _config(tmp_path)
     del config["recipe"]

@@ -8,7 +8,7 @@ advise`` reads. The parts:
 - ``recipe``: the recipe's own top-level ``recipe:`` field (``recipe: lite_ppo`` in
   ``configs/recipes/lite_ppo.yaml``), ``custom`` when no config names one. Never guessed from a file name.
 - ``model``: ``builtin:tiny`` -> ``tiny``; a folder or file -> its base name (``/m/Qwen3-4B-Base`` ->
-  ``Qwen3-4B-Base``).
+  ``Qwen3-4B-Base``); ``+lora`` appended when ``model.lora`` trains adapters (``lite_ppo/tiny+lora/seed42``).
 - ``seed<S>``: ``seed_everything``; a second run with the same name gets ``seed<S>-1``, ``seed<S>-2``, ...
   The CLI claims the folder by creating it (``os.mkdir``, atomic), so two runs started at the same moment
   never share one: the second gets ``seed<S>-1``.
@@ -145,6 +145,8 @@ def configure_run_dir(config: Any, claim: bool = False) -> tuple[Path | None, bo
     seed = _get(config, "seed_everything")
     if not name:
         name = run_name(_get(config, "recipe"), str(_get(_get(config, "model"), "model_path", "model")))
+        if _get(_get(config, "model"), "lora"):  # adapters on a frozen base: another experiment, said in the name
+            name = f"{name}+lora"
         _set(init_args, "name", name)
     if version is None or version == "":
         resumed = _run_of_checkpoint(_get(config, "ckpt_path"), Path(save_dir) / name)
