@@ -133,3 +133,19 @@ def test_a_config_that_is_not_utf8_names_its_file(tmp_path):
     bad.write_bytes("trainer:\n  callbacks: []\n# caf\xe9\n".encode("latin-1"))
     with pytest.raises(UserError, match=r"latin1.yaml.*not UTF-8"):
         compose_callbacks(["fit", "--config", str(RECIPES / "lite_ppo.yaml"), "--config", str(bad)])
+
+
+def test_a_later_config_removes_a_callback_by_name(tmp_path, capsys):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(
+        "trainer:\n  callbacks:\n    - remove: lite_ppo.callbacks.AdvantageNormalization\n"
+        "    - class_path: lite_ppo.callbacks.ReinforcePlusPlus\n"
+    )
+    got, err = _parsed_callbacks(capsys, RECIPES / "lite_ppo.yaml", mine, MODELS / "tiny.yaml")
+    assert "AdvantageNormalization" not in got and "ReinforcePlusPlus" in got and "LossAggregation" in got
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer:\n  callbacks:\n    - remove: lite_ppo.callbacks.GSPO\n")
+    from lite_ppo.cli.compose import compose_callbacks
+
+    with pytest.raises(UserError, match=r"remove 'lite_ppo.callbacks.GSPO': no such callback"):
+        compose_callbacks(["fit", "--config", str(RECIPES / "lite_ppo.yaml"), "--config", str(bad)])

@@ -16,6 +16,8 @@ Checked against independent expectations:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import yaml
@@ -425,6 +427,57 @@ def test_evaluate_loads_a_lora_checkpoint(tiny_model_path, tmp_path):
         assert torch.equal(loaded.sequence_logprobs(batch), module.sequence_logprobs(batch))
 
 
+def test_a_lora_checkpoint_stores_the_adapters_and_refuses_another_base(tiny_model_path, tmp_path):
+    """The checkpoint holds the adapters and the base's identity, not the frozen base; loading it
+    (evaluate, export-hf, resume) fills the base in from model_path and gives the same policy; on
+    another base (same architecture, other weights) each of them refuses in one line."""
+    from lite_ppo.checkpoints.export import export_hf
+    from lite_ppo.errors import UserError
+    from lite_ppo.evaluation.runner import load_policy_module
+    from lite_ppo.models import resolve_model
+    from lite_ppo.models.adapter_checkpoint import base_digest
+
+    module = _lora_module(tiny_model_path)
+    checkpoint = {"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict(), "policy_version": 2}
+    full_keys = set(checkpoint["state_dict"])
+    module.on_save_checkpoint(checkpoint)
+    stored = set(checkpoint["state_dict"])
+    trainable = {f"policy.{n}" for n, p in module.policy.named_parameters() if p.requires_grad}
+    assert stored == trainable and all(".lora_" in k for k in stored) and stored < full_keys
+    assert checkpoint["lora_base"]["model_path"] == tiny_model_path
+    assert (
+        checkpoint["lora_base"]["sha256"] == base_digest(module.policy)
+        and checkpoint["lora_base"]["dtype"] == "float32"
+    )
+    ckpt = tmp_path / "lora.ckpt"
+    torch.save(checkpoint, ckpt)
+    base_file = Path(tiny_model_path) / "model.safetensors"
+    assert ckpt.stat().st_size < base_file.stat().st_size / 2  # was larger than the base itself
+
+    loaded = load_policy_module(str(ckpt))  # evaluate's loader: base from model_path, adapters from the file
+    batch = _batch(seed=4)
+    with torch.no_grad():
+        assert torch.equal(loaded.sequence_logprobs(batch), module.sequence_logprobs(batch))
+    export_hf(ckpt, tmp_path / "merged")  # export-hf: the same base filled in
+    # Resume: the trainer's load hook completes the adapters with this module's base.
+    resumed = _lora_module(tiny_model_path, seed=1)
+    reloaded = torch.load(ckpt, map_location="cpu", weights_only=False)
+    resumed.on_load_checkpoint(reloaded)
+    assert set(reloaded["state_dict"]) == full_keys
+    resumed.load_state_dict(reloaded["state_dict"])
+    with torch.no_grad():
+        assert torch.equal(resumed.sequence_logprobs(batch), module.sequence_logprobs(batch))
+
+    other = resolve_model("builtin:tiny-arith")  # the same architecture, trained weights
+    with pytest.raises(UserError, match=r"adapters were trained on .*the base loaded here differs"):
+        load_policy_module(str(ckpt), base_model=other)
+    with pytest.raises(UserError, match=r"the base loaded here differs"):
+        export_hf(ckpt, tmp_path / "wrong", model=other)
+    elsewhere = _lora_module(other)
+    with pytest.raises(UserError, match=r"the base loaded here differs"):
+        elsewhere.on_load_checkpoint(torch.load(ckpt, map_location="cpu", weights_only=False))
+
+
 # -- resume -------------------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.numerics
@@ -436,6 +489,7 @@ def test_resume_of_a_lora_run_is_bit_identical(tmp_path, tiny_model_path):
 
     def run(folder, *extra):
         callbacks = [
+            {"remove": "lite_ppo.callbacks.AdvantageNormalization"},  # the recipe's estimator, replaced by:
             {"class_path": "helpers.reliability_faults.SignedAdvantages"},
             {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "token-mean"}},
             {

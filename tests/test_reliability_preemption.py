@@ -30,6 +30,7 @@ def _config(tmp: Path, ckpt_dir: Path, marker: Path) -> Path:
     """The same callbacks for every run of a test (a resumed run restores callback states by their
     configuration), with the test's advantage estimator and a step marker."""
     callbacks = [
+        {"remove": "lite_ppo.callbacks.AdvantageNormalization"},  # the recipe's estimator, replaced by:
         {"class_path": "helpers.reliability_faults.SignedAdvantages"},
         {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "token-mean"}},
         # The shipped cadence: a periodic checkpoint every 50 optimizer steps, i.e. none in this run.

@@ -4,7 +4,9 @@ LightningCLI (jsonargparse) gives a list from a later config file in place of an
 recipe followed by a file that names one technique would lose the recipe's other techniques without a
 word. Here a callback list merges into another *by class* (the last part of ``class_path``): an entry
 whose class is already there updates that callback's ``init_args``; any other entry is appended.
-``lite-ppo fit --config A --config B`` and ``lite-ppo sweep --factor`` both merge this way.
+``lite-ppo fit --config A --config B`` and ``lite-ppo sweep --factor`` both merge this way. To take a
+callback of an earlier file out, a later list names it in a ``remove`` entry
+(``- remove: lite_ppo.callbacks.AdvantageNormalization``): dropping is then said, never silent.
 
 Example:
     >>> merge_callbacks(
@@ -73,6 +75,15 @@ def merge_callbacks(callbacks: list[Any], entries: list[Any], source: str) -> li
     """``callbacks`` with each of ``entries`` (from the config ``source``) merged in by class."""
     out = copy.deepcopy(callbacks)
     for entry in entries:
+        if isinstance(entry, dict) and set(entry) == {"remove"}:
+            gone = [i for i, cb in enumerate(out) if class_name(cb) == class_name(str(entry["remove"]))]
+            if not gone:
+                raise UserError(
+                    f"config {source!r}: remove {entry['remove']!r}: no such callback in the configs before it "
+                    f"({', '.join(class_name(cb) for cb in out) or 'none'})"
+                )
+            out = [cb for i, cb in enumerate(out) if i not in gone]
+            continue
         if not (isinstance(entry, dict) and "class_path" in entry) and not isinstance(entry, str):
             raise UserError(f"config {source!r}: trainer.callbacks entries need a class_path")
         match = [i for i, cb in enumerate(out) if class_name(cb) == class_name(entry)]

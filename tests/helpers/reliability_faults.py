@@ -97,6 +97,7 @@ def fit_with_faults(tmp: Path, ckpt_dir: Path, callbacks: list[dict], *extra: st
     from lite_ppo.cli.commands import main
 
     listed = [
+        {"remove": "lite_ppo.callbacks.AdvantageNormalization"},  # the recipe's estimator, replaced by:
         {"class_path": "helpers.reliability_faults.SignedAdvantages"},
         {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "token-mean"}},
         {

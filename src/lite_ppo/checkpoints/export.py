@@ -57,6 +57,7 @@ def export_hf(
     from lite_ppo.checkpoints.reader import read_checkpoint
     from lite_ppo.errors import UserError
     from lite_ppo.models import resolve_model
+    from lite_ppo.models.adapter_checkpoint import BASE_KEY
     from lite_ppo.models.loading import DTYPES, load_causal_lm
     from lite_ppo.models.lora import LoraSettings, lora_policy
 
@@ -81,7 +82,7 @@ def export_hf(
     if lora is None:
         load_causal_lm(model, torch_dtype, weights=weights, source=source).save_pretrained(out_dir)
     elif adapter:
-        peft_model = lora_policy(model, lora, weights, torch.float32, source=source)
+        peft_model = lora_policy(model, lora, weights, torch.float32, source=source, base=client.get(BASE_KEY))
         if dtype != "auto":
             peft_model.to(torch_dtype)
         else:
@@ -89,7 +90,9 @@ def export_hf(
         peft_model.save_pretrained(out_dir)  # the adapters only, with the base model's folder in its config
     else:
         # Merged in float32 (peft's merge_and_unload: W += scale * B @ A), then cast once.
-        merged = lora_policy(model, lora, weights, torch.float32, source=source).merge_and_unload()
+        merged = lora_policy(
+            model, lora, weights, torch.float32, source=source, base=client.get(BASE_KEY)
+        ).merge_and_unload()
         merged.to(torch_dtype).save_pretrained(out_dir)
     AutoTokenizer.from_pretrained(base).save_pretrained(out_dir)  # the base tokenizer's files as they are
     try:

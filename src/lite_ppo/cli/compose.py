@@ -52,16 +52,32 @@ def compose_callbacks(args: list[str]) -> tuple[list[str], str | None]:
         entries = callbacks_of(load_mapping(path), path)
         if entries is not None:
             listed.append((index, path, entries))
-    if len(listed) < 2:
+    removes = any(isinstance(e, dict) and set(e) == {"remove"} for _, _, entries in listed for e in entries)
+    if len(listed) < 2 and not removes:
         return args, None
     merged: list = []
     for _, path, entries in listed:
         merged = merge_callbacks(merged, entries, path)
-    handle, merged_path = tempfile.mkstemp(prefix="lite-ppo-callbacks-", suffix=".yaml")
-    with os.fdopen(handle, "w", encoding="utf-8") as file:
-        yaml.safe_dump({"trainer": {"callbacks": merged}}, file, sort_keys=False)
-    atexit.register(lambda: Path(merged_path).unlink(missing_ok=True))
+    args = list(args)
+    for index, path, entries in listed:
+        if any(isinstance(e, dict) and set(e) == {"remove"} for e in entries):
+            # The parser reads every file: one with a ``remove`` entry is given without its list
+            # (the merged list below stands for it).
+            content = load_mapping(path)
+            content["trainer"] = {k: v for k, v in content["trainer"].items() if k != "callbacks"}
+            replacement = _temporary_config(content, "lite-ppo-config-")
+            args[index] = f"--config={replacement}" if args[index].startswith("--config=") else replacement
+    merged_path = _temporary_config({"trainer": {"callbacks": merged}}, "lite-ppo-callbacks-")
     last = listed[-1][0]
     files = ", ".join(Path(path).name for _, path, _ in listed)
     note = f"trainer.callbacks of {files} merged by class: {', '.join(class_name(cb) for cb in merged)}"
     return [*args[: last + 1], "--config", merged_path, *args[last + 1 :]], note
+
+
+def _temporary_config(content: dict, prefix: str) -> str:
+    """``content`` as a YAML file that lives as long as this process."""
+    handle, path = tempfile.mkstemp(prefix=prefix, suffix=".yaml")
+    with os.fdopen(handle, "w", encoding="utf-8") as file:
+        yaml.safe_dump(content, file, sort_keys=False)
+    atexit.register(lambda: Path(path).unlink(missing_ok=True))
+    return path

@@ -38,6 +38,7 @@ def load_policy_module(model: str, base_model: str | None = None, dtype: str = "
         >>> module = load_policy_module("builtin:tiny")  # doctest: +SKIP
     """
     from lite_ppo.checkpoints.reader import is_deepspeed_checkpoint, read_checkpoint
+    from lite_ppo.models.adapter_checkpoint import BASE_KEY, with_base_weights
     from lite_ppo.models.loading import load_weights
     from lite_ppo.training.module import LitePPO
 
@@ -51,7 +52,10 @@ def load_policy_module(model: str, base_model: str | None = None, dtype: str = "
         # A LoRA run's checkpoint holds the peft model's tensors: the same adapters are added first.
         module = LitePPO(model_path=model_path, torch_dtype=dtype, lora=hparams.get("lora"))
         module.configure_model()
-        load_weights(module.policy, state, source=f"checkpoint {path}", model_name=model_path)
+        source = f"checkpoint {path}"
+        if module.has_adapters:  # adapters-only checkpoints: the base from model_path, checked against its identity
+            state = with_base_weights(module.policy, state, client.get(BASE_KEY), source)
+        load_weights(module.policy, state, source=source, model_name=model_path)
         module.policy_version = int(client.get("policy_version", 0))
         return module
     if path.suffix == ".ckpt" and not path.exists():

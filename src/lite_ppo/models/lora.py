@@ -234,14 +234,18 @@ def lora_policy(
     weights: Mapping[str, torch.Tensor],
     dtype: str | torch.dtype = torch.float32,
     source: str = "the checkpoint",
+    base: Mapping[str, Any] | None = None,
 ) -> torch.nn.Module:
     """The peft policy a LoRA run trained, rebuilt from a checkpoint's weights (peft's names, as
     :func:`lite_ppo.checkpoints.reader.read_checkpoint` returns them): base model from ``model_path``,
-    adapters from ``settings``, every tensor from ``weights`` (a missing or extra one: ``UserError``).
-    In eval mode."""
+    adapters from ``settings``, every tensor from ``weights`` (a missing or extra one: ``UserError``);
+    an adapters-only checkpoint's base tensors from ``model_path``, checked against ``base`` (its
+    ``lora_base`` identity). In eval mode."""
+    from lite_ppo.models.adapter_checkpoint import with_base_weights
     from lite_ppo.models.loading import load_causal_lm, load_weights
 
     settings.check_targets(model_path)
     model = settings.wrap(load_causal_lm(model_path, dtype))
+    weights = with_base_weights(model, weights, base, source)
     load_weights(model, weights, source=source, model_name=f"{model_path} with model.lora {settings.as_config()}")
     return model.eval()

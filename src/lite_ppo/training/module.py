@@ -16,6 +16,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lite_ppo import metric_names as names
 from lite_ppo.errors import UserError
 from lite_ppo.models import load_causal_lm, load_tokenizer, resolve_model
+from lite_ppo.models.adapter_checkpoint import BASE_KEY, adapter_state, base_identity, with_base_weights
 from lite_ppo.models.lora import LoraSettings, is_lora_model
 from lite_ppo.ops import (
     MINI_BATCH_SPLITS,
@@ -190,6 +191,7 @@ class LitePPO(LightningModule):
         if old_logprobs not in ("reuse_first", "recompute", "engine"):
             raise UserError(f"model.old_logprobs={old_logprobs!r}: choose reuse_first, recompute or engine")
         self.lora = LoraSettings.from_config(lora)  # its values refused here, its targets before the weights load
+        self._base_identity: dict[str, Any] | None = None  # a LoRA run's base, for its checkpoints
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.model_path = model_path
@@ -265,6 +267,10 @@ class LitePPO(LightningModule):
         model.__dict__["_lite_ppo_deepspeed_engine"] = engine
         return model
 
+    def _sharded(self) -> bool:
+        """Whether a DeepSpeed strategy writes the weights (its own files, every rank's shard)."""
+        return self._trainer is not None and type(self._trainer.strategy).__name__.startswith("DeepSpeed")
+
     @property
     def has_adapters(self) -> bool:
         """Whether the policy trains LoRA adapters on a frozen base (``model.lora``)."""
@@ -304,11 +310,24 @@ class LitePPO(LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["policy_version"] = self.policy_version
+        if self.has_adapters and "state_dict" in checkpoint and not self._sharded():
+            # The frozen base is the model folder the run started from: store the adapters and the
+            # base's identity, not the base again (lite_ppo.models.adapter_checkpoint).
+            if self._base_identity is None:  # hashing a large base takes seconds: once per run
+                self._base_identity = base_identity(self.policy, str(self.hparams.model_path))
+            checkpoint["state_dict"] = adapter_state(self.policy, checkpoint["state_dict"], prefix="policy.")
+            checkpoint[BASE_KEY] = self._base_identity
         if self._trainer is not None:  # what a resumed run compares its techniques with (lite_ppo.training.resume)
             checkpoint["techniques"] = technique_settings(techniques_of(self._trainer))
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.policy_version = checkpoint.get("policy_version", 0)
+        if BASE_KEY in checkpoint and "state_dict" in checkpoint and self.has_adapters:
+            # Adapters only: the base comes from this run's model, refused when it is not the one they trained on.
+            source = f"checkpoint {self._trainer.ckpt_path if self._trainer is not None else ''}".strip()
+            checkpoint["state_dict"] = with_base_weights(
+                self.policy, checkpoint["state_dict"], checkpoint[BASE_KEY], source, prefix="policy."
+            )
         saved = checkpoint.get("hyper_parameters")
         if saved and self._trainer is not None and self._trainer.state.fn == "fit":
             # Changed model.* settings are applied where safe, else refused, never dropped (lite_ppo.training.resume).
