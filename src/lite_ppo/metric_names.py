@@ -236,7 +236,7 @@ CONDITIONAL_SCALARS: dict[str, tuple[str, str]] = {
     "eval/<benchmark>/<metric>": (
         "Evaluation",
         "at each validation, per benchmark: `accuracy`, `response_length`, `truncation_rate`, `unparsed_rate`, "
-        "`num_problems` (and `mean@k` / `pass@k` with several samples)",
+        "`num_problems` (and `mean@k` / `pass@k` / `maj@k` with several samples)",
     ),
     EVAL_AVERAGE_ACCURACY: ("Evaluation", "at each validation: the average accuracy over the benchmarks"),
     "val/<tier>/<metric>": (

@@ -10,6 +10,9 @@ Each problem gets ``n`` responses (``n = 1`` for greedy decoding). Per benchmark
   sampled (n > 1): the mean over the n samples, reported as ``mean@n`` too.
 - ``pass@k`` (for 1 < k <= n, when n > 1): the unbiased estimator of Chen et al. (2021),
   ``1 - C(n - c, k) / C(n, k)`` averaged over problems, c = correct samples of a problem.
+- ``maj@k`` (the same k): the share of problems whose most frequent answer among their first k samples
+  is right, answers grouped by math-verify equivalence, a tie counted as a random tie-break
+  (:mod:`lite_ppo.evaluation.majority`); reported when the update gives the per-problem votes.
 - ``response_length``: mean tokens per response (EOS included when generated).
 - ``truncation_rate``: share of responses that hit ``max_new_tokens`` without finishing.
 - ``unparsed_rate``: share of responses whose answer math-verify could not judge
@@ -109,8 +112,19 @@ class EvalMetric(Metric):
         self.add_state("status_counts", torch.zeros(len(STATUSES), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("length_sum", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("truncated_count", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
+        # maj@k: the per-problem scores' sum for each k, and the problems that came with them.
+        self.add_state("majority_sum", torch.zeros(len(self.ks), dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("majority_problems", torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
 
-    def update(self, statuses: torch.Tensor, lengths: torch.Tensor, truncated: torch.Tensor) -> None:
+    def update(
+        self,
+        statuses: torch.Tensor,
+        lengths: torch.Tensor,
+        truncated: torch.Tensor,
+        majority: torch.Tensor | None = None,
+    ) -> None:
+        """``majority``: ``[P, len(ks)]`` maj@k scores per problem, when the caller has the answers to
+        vote on (:func:`~lite_ppo.evaluation.majority.majority_score`)."""
         if statuses.dim() != 2 or statuses.shape[1] != self.num_samples:
             raise ValueError(f"expected statuses of shape [problems, {self.num_samples}], got {tuple(statuses.shape)}")
         if lengths.shape != statuses.shape or truncated.shape != statuses.shape:
@@ -122,6 +136,11 @@ class EvalMetric(Metric):
         self.status_counts += torch.bincount(statuses.reshape(-1), minlength=len(STATUSES)).to(torch.float64)
         self.length_sum += lengths.to(device=device, dtype=torch.float64).sum()
         self.truncated_count += truncated.to(device=device).to(torch.float64).sum()
+        if majority is not None and self.ks:
+            if tuple(majority.shape) != (statuses.shape[0], len(self.ks)):
+                raise ValueError(f"expected majority of shape [problems, {len(self.ks)}], got {tuple(majority.shape)}")
+            self.majority_sum += majority.to(device=device, dtype=torch.float64).sum(dim=0)
+            self.majority_problems += float(statuses.shape[0])
 
     def compute(self) -> dict[str, torch.Tensor]:
         n = self.num_samples
@@ -137,6 +156,9 @@ class EvalMetric(Metric):
                 [pass_at_k(n, c, k) for c in range(n + 1)], dtype=torch.float64, device=self.correct_hist.device
             )
             out[f"pass@{k}"] = (self.correct_hist * weights).sum() / denom_p
+        if self.ks and problems > 0 and bool(self.majority_problems == problems):  # every problem voted
+            for i, k in enumerate(self.ks):
+                out[f"maj@{k}"] = self.majority_sum[i] / denom_p
         out["response_length"] = self.length_sum / denom_r
         out["truncation_rate"] = self.truncated_count / denom_r
         out["unparsed_rate"] = self.status_counts[list(UNPARSED_INDICES)].sum() / denom_r

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-RATE_PREFIXES = ("accuracy", "mean@", "pass@", "truncation_rate", "unparsed_rate", "status/")
+RATE_PREFIXES = ("accuracy", "mean@", "pass@", "maj@", "truncation_rate", "unparsed_rate", "status/")
 AVERAGE_ROWS = (("average", "average"), ("weighted_average", "weighted average"))
 
 
@@ -23,6 +23,7 @@ def table_columns(metrics: Iterable[str]) -> list[str]:
         "accuracy",
         *[k for k in keys if k.startswith("mean@")],
         *passk,
+        *sorted((k for k in keys if k.startswith("maj@")), key=lambda k: int(k[4:])),
         "response_length",
         "truncation_rate",
         "unparsed_rate",
@@ -36,7 +37,7 @@ def _header(key: str) -> str:
         "response_length": "length",
         "truncation_rate": "truncated %",
         "unparsed_rate": "unparsed %",
-    }.get(key, f"{key} %" if key.startswith(("accuracy", "mean@", "pass@")) else key)
+    }.get(key, f"{key} %" if key.startswith(("accuracy", "mean@", "pass@", "maj@")) else key)
 
 
 def format_value(key: str, value: float | None) -> str:

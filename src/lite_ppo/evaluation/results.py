@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lite_ppo.evaluation.majority import majority_score
 from lite_ppo.evaluation.metrics import EvalMetric, average_metrics, status_indices, to_floats
 from lite_ppo.rewards import STATUSES
 
@@ -160,12 +161,28 @@ class GroupMetrics:
                     "(rollout n and metric n differ)"
                 )
         statuses = _require_statuses(rollout)
+        answers = rollout.extras.get("extracted") if isinstance(rollout.extras, dict) else None
         index = torch.tensor([r for problem_rows in rows for r in problem_rows], dtype=torch.long)
+        majority = None
+        if answers is not None:
+            majority = self._majority(
+                [[statuses[r] for r in problem_rows] for problem_rows in rows],
+                [[answers[r] for r in problem_rows] for problem_rows in rows],
+            )
         self.metrics[group].update(
             status_indices([[statuses[r] for r in problem_rows] for problem_rows in rows]).reshape(len(rows), n),
             rollout.response_lengths.cpu()[index].reshape(len(rows), n),
             rollout.truncated.cpu()[index].reshape(len(rows), n),
+            majority,
         )
+
+    def _majority(self, statuses: list[list[str]], answers: list[list[str | None]]) -> torch.Tensor | None:
+        """``[problems, len(ks)]`` maj@k scores (None without sampled ks: one response per problem)."""
+        ks = self.metrics[self.groups[0]].ks if self.groups else []
+        if not ks:
+            return None
+        scores = [[majority_score(s, a, k) for k in ks] for s, a in zip(statuses, answers)]
+        return torch.tensor(scores, dtype=torch.float64).reshape(len(statuses), len(ks))
 
     def update_records(self, group: str, records: Sequence[dict[str, Any]]) -> None:
         """Add responses given as records (consecutive runs of ``num_samples`` per problem)."""
@@ -174,10 +191,15 @@ class GroupMetrics:
             raise ValueError(f"{len(records)} records are not a whole number of problems of {n} responses")
         index = {s: i for i, s in enumerate(STATUSES)}
         shape = (len(records) // n, n)
+        problems = [records[i : i + n] for i in range(0, len(records), n)]
+        majority = self._majority(
+            [[r["status"] for r in rs] for rs in problems], [[r.get("extracted") for r in rs] for rs in problems]
+        )
         self.metrics[group].update(
             torch.tensor([index[r["status"]] for r in records], dtype=torch.long).reshape(shape),
             torch.tensor([r["length"] for r in records], dtype=torch.long).reshape(shape),
             torch.tensor([r["truncated"] for r in records], dtype=torch.bool).reshape(shape),
+            majority,
         )
 
     def compute(self) -> dict[str, dict]:
