@@ -149,3 +149,21 @@ def test_a_later_config_removes_a_callback_by_name(tmp_path, capsys):
 
     with pytest.raises(UserError, match=r"remove 'lite_ppo.callbacks.GSPO': no such callback"):
         compose_callbacks(["fit", "--config", str(RECIPES / "lite_ppo.yaml"), "--config", str(bad)])
+
+
+def test_a_techniques_own_error_is_one_line_without_the_parsers_forms(tmp_path, monkeypatch, capsys):
+    from lite_ppo.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "fit",
+                *("--config", str(RECIPES / "lite_ppo.yaml"), "--config", str(MODELS / "tiny.yaml")),
+                "--trainer.callbacks+=lite_ppo.callbacks.HighEntropyTokens",
+                "--trainer.callbacks.share=2",
+            ]
+        )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("HighEntropyTokens.share must be in (0, 1] (the paper: 0.2), got 2.0"), err
+    assert "Not a valid subclass" not in err[-1] and "class path (str)" not in err[-1]

@@ -20,12 +20,16 @@ class UserError(ValueError):
     """A mistake in the user's input; the message is the whole story (one line, no traceback)."""
 
 
+# jsonargparse's list of the forms a class-typed value may take, appended to a constructor's own error.
+_ACCEPTED_FORMS = re.compile(r"\s*(Not a valid subclass of |a class path \(str\)|a dict with|a dict without)")
+
+
 def parser_message(message: str) -> str:
     """jsonargparse's multi-line message, made one line: ``Parser key "model.lr": Expected a <class
     'float'>. Got value: abc`` -> ``model.lr: expected float, got 'abc'``; of a union's errors, the
     specific ones (a constructor's "SamplingConfig.top_p must be in (0, 1], got 2.0") are kept."""
     errors = re.findall(r"^\s*- (.*)$", message, flags=re.MULTILINE)
-    specific = [one_line(e) for e in errors if not e.startswith("Expected a ")]
+    specific = [one_line(e) for e in errors if not e.startswith("Expected a ") and not _ACCEPTED_FORMS.match(e)]
     if specific:
         key = re.match(r'\s*Parser key "([^"]+)":', message)
         return (f"{key.group(1)}: " if key else "") + "; ".join(specific)
