@@ -7,6 +7,8 @@ the parser runs, :func:`compose_callbacks` merges the lists of every config file
 class* (:mod:`lite_ppo.config_merge`: a later entry of a class already listed updates its
 ``init_args``, a new class is appended) and hands the parser the merged list as one more config, right
 after the last file that set a list, so options after it (``--trainer.callbacks+=...``) act as before.
+A ``- remove: CLASS`` entry takes an earlier file's callback out (that file reaches the parser without
+its list, which the merged one stands for).
 
 Example::
 
