@@ -417,7 +417,7 @@ def test_names_resolve_in_the_evaluation_callback():
 
 def test_evaluate_paper_names_every_missing_set_and_the_fetch_command(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        cli(["evaluate", "--model", "/nonexistent", "--benchmarks", "paper", "--out", str(tmp_path / "o")])
+        cli(["evaluate", "--model", "builtin:tiny", "--benchmarks", "paper", "--out", str(tmp_path / "o")])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err

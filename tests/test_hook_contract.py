@@ -72,6 +72,8 @@ def test_a_misspelt_hook_fails_the_fit_before_the_model_loads(tmp_path, monkeypa
 class MaskRow(Technique):
     """Removes row ``row`` from the loss; records the metrics argument's share."""
 
+    repeatable = True  # two of them, masking two rows, are the point of the composition test
+
     def __init__(self, row: int) -> None:
         self.row = row
 
@@ -84,6 +86,8 @@ class MaskRow(Technique):
 
 
 class Weight(Technique):
+    repeatable = True  # two weightings multiply: what the composition test checks
+
     def __init__(self, factor: float) -> None:
         self.factor = factor
 

@@ -431,7 +431,7 @@ class _StubPoint:
     def save_dir(self, out):
         return self._point.save_dir(out)
 
-    def command(self, out, python=None):
+    def command(self, out, python=None, ckpt_path=None):
         import sys
 
         run = self._point.save_dir(out) / f"seed_{self.label}"

@@ -187,6 +187,9 @@ class Technique(Callback):
     #: token [B, R] instead of one per response [B]: an objective that needs one per response (GSPO's
     #: sequence ratio) is then refused at fit start.
     per_token_advantages: bool = False
+    #: Set True when two instances of the technique are meant to apply together (e.g. two masks of
+    #: different rows); otherwise a technique given twice is refused at start with one line.
+    repeatable: bool = False
 
     # -- rollout callback ------------------------------------------------------------------------
     def shape_rewards(
@@ -323,10 +326,11 @@ def needs_old_logprobs_up_front(technique: Technique) -> bool:
 def refuse_repeated_techniques(classes: list[type]) -> None:
     """One line for a technique class given twice: two HighEntropyTokens would multiply their masks
     and log a share that is neither's, two of a stateful one would end in Lightning's "more than one
-    stateful callback"; no shipped technique is meant to be given twice."""
+    stateful callback"; no shipped technique is meant to be given twice. A technique whose class sets
+    ``repeatable = True`` may be."""
     seen: set[type] = set()
     for cls in classes:
-        if isinstance(cls, type) and issubclass(cls, Technique):
+        if isinstance(cls, type) and issubclass(cls, Technique) and not cls.repeatable:
             if cls in seen:
                 raise UserError(
                     f"technique {cls.__name__} is given twice in trainer.callbacks; give it once with the "
