@@ -167,3 +167,46 @@ def test_a_techniques_own_error_is_one_line_without_the_parsers_forms(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("HighEntropyTokens.share must be in (0, 1] (the paper: 0.2), got 2.0"), err
     assert "Not a valid subclass" not in err[-1] and "class path (str)" not in err[-1]
+
+
+@pytest.mark.parametrize("fragment", ["overlong_filter.yaml", "agg_seq.yaml", "remove"])
+def test_a_sweep_cell_parses_to_its_merged_callbacks(tmp_path, capsys, fragment):
+    """A factorial point hands its cell's config to ``fit`` inline (longer than a file name may be):
+    the CLI parses it to exactly the cell's callbacks, a removed technique included."""
+    from lite_ppo.cli import main
+    from lite_ppo.research.grid import expand_grid
+
+    if fragment == "remove":
+        path = tmp_path / "no_norm.yaml"
+        path.write_text("trainer:\n  callbacks:\n    - remove: lite_ppo.callbacks.AdvantageNormalization\n")
+    else:
+        path = FACTORS / fragment
+    recipe, model = str(RECIPES / "lite_ppo.yaml"), str(MODELS / "tiny.yaml")
+    point = expand_grid([recipe], [0], [model], factors=[f"f=off,on:{path}"])[1]
+    expected = {
+        cb["class_path"].rsplit(".", 1)[-1]: cb.get("init_args") or {}
+        for cb in yaml.safe_load(_cell_list(recipe, path))
+    }
+    args = [a for a in point.fit_args(tmp_path) if not a.startswith("--run_record.")]
+    with pytest.raises(SystemExit):
+        main([*args, "--print_config"])
+    parsed = yaml.safe_load(capsys.readouterr().out)["trainer"]["callbacks"]
+    got = {cb["class_path"].rsplit(".", 1)[-1]: cb.get("init_args") or {} for cb in parsed}
+    assert set(got) == set(expected)
+    for name, init_args in expected.items():
+        assert {k: got[name][k] for k in init_args} == init_args
+
+
+def _cell_list(recipe: str, fragment) -> str:
+    """The cell's callbacks by hand: the recipe's list with the fragment's entries applied."""
+    listed = yaml.safe_load(open(recipe))["trainer"]["callbacks"]
+    for entry in yaml.safe_load(open(fragment))["trainer"]["callbacks"]:
+        if "remove" in entry:
+            listed = [cb for cb in listed if cb["class_path"] != entry["remove"]]
+            continue
+        same = [cb for cb in listed if cb["class_path"] == entry["class_path"]]
+        if same:
+            same[0]["init_args"] = {**same[0].get("init_args", {}), **entry.get("init_args", {})}
+        else:
+            listed.append(entry)
+    return yaml.safe_dump(listed)

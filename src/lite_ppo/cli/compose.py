@@ -49,9 +49,10 @@ def compose_callbacks(args: list[str]) -> tuple[list[str], str | None]:
     saying what was merged (None when at most one file sets a list: nothing to merge)."""
     listed = []
     for index, path in config_files(args):
-        if not Path(path).is_file():
+        content = _config_content(path)
+        if content is None:
             continue  # the parser says so, naming the option
-        entries = callbacks_of(load_mapping(path), path)
+        entries = callbacks_of(content, _source_name(path))
         if entries is not None:
             listed.append((index, path, entries))
     removes = any(isinstance(e, dict) and set(e) == {"remove"} for _, _, entries in listed for e in entries)
@@ -59,21 +60,46 @@ def compose_callbacks(args: list[str]) -> tuple[list[str], str | None]:
         return args, None
     merged: list = []
     for _, path, entries in listed:
-        merged = merge_callbacks(merged, entries, path)
+        merged = merge_callbacks(merged, entries, _source_name(path))
     args = list(args)
     for index, path, entries in listed:
         if any(isinstance(e, dict) and set(e) == {"remove"} for e in entries):
             # The parser reads every file: one with a ``remove`` entry is given without its list
             # (the merged list below stands for it).
-            content = load_mapping(path)
+            content = _config_content(path) or {}
             content["trainer"] = {k: v for k, v in content["trainer"].items() if k != "callbacks"}
             replacement = _temporary_config(content, "lite-ppo-config-")
             args[index] = f"--config={replacement}" if args[index].startswith("--config=") else replacement
     merged_path = _temporary_config({"trainer": {"callbacks": merged}}, "lite-ppo-callbacks-")
     last = listed[-1][0]
-    files = ", ".join(Path(path).name for _, path, _ in listed)
+    files = ", ".join(_source_name(path, short=True) for _, path, _ in listed)
     note = f"trainer.callbacks of {files} merged by class: {', '.join(class_name(cb) for cb in merged)}"
     return [*args[: last + 1], "--config", merged_path, *args[last + 1 :]], note
+
+
+def _config_content(value: str) -> dict | None:
+    """The mapping of a ``--config`` value: a file's, or inline YAML/JSON (``lite-ppo sweep`` gives a
+    factorial cell's config inline); None when it is neither (the parser then names the option)."""
+    try:
+        if Path(value).is_file():
+            return load_mapping(value)
+    except OSError:  # an inline config longer than a file name may be
+        pass
+    if not value.lstrip().startswith("{"):
+        return None
+    try:
+        loaded = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def _source_name(value: str, short: bool = False) -> str:
+    """How a ``--config`` value is named in a message: its path (file name with ``short``), or
+    ``inline config`` for one given as text."""
+    if value.lstrip().startswith("{"):
+        return "inline config"
+    return Path(value).name if short else value
 
 
 def _temporary_config(content: dict, prefix: str) -> str:

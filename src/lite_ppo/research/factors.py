@@ -88,6 +88,7 @@ def cell_config(base_configs: list[str], fragments: list[str]) -> dict[str, Any]
     both levels while the later one's settings win."""
     merged: dict[str, Any] = {}
     callbacks: list[Any] | None = None
+    base_classes: list[str] = []
     set_by: dict[str, str] = {}
     for fragment in fragments:
         content = load_mapping(fragment)
@@ -107,9 +108,14 @@ def cell_config(base_configs: list[str], fragments: list[str]) -> dict[str, Any]
                     listed = callbacks_of(load_mapping(path), path)
                     if listed is not None:
                         callbacks = merge_callbacks(callbacks, listed, path)
+                base_classes = [class_name(cb) for cb in callbacks]
             callbacks = merge_callbacks(callbacks, entries, fragment)
             content = {**content, "trainer": {k: v for k, v in content["trainer"].items() if k != "callbacks"}}
         merged = merge_mappings(merged, content)
     if callbacks is not None:
-        merged.setdefault("trainer", {})["callbacks"] = callbacks
+        # The CLI merges this list by class into the recipe's again (lite_ppo.cli.compose): a callback
+        # a fragment removed is named in a ``remove`` entry, or the recipe's copy would come back.
+        kept = {class_name(cb) for cb in callbacks}
+        removed = [{"remove": name} for name in dict.fromkeys(base_classes) if name not in kept]
+        merged.setdefault("trainer", {})["callbacks"] = [*removed, *callbacks]
     return {k: v for k, v in merged.items() if v != {}}
