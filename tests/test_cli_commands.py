@@ -135,7 +135,9 @@ def test_unknown_command_names_the_commands(capsys) -> None:
         (["--optimizer", "torch.optim.SGD"], "--optimizer", "model.lr"),
         (["--lr_scheduler=torch.optim.lr_scheduler.StepLR"], "--lr_scheduler", "model.lr_schedule"),
         (["--data.prompts_per_step", "0"], "data.prompts_per_step", ">= 1"),
-        (["--rollout.sampling.top_p", "2"], "SamplingConfig.top_p", "(0, 1]"),
+        # a constructor's own check names the option, not its class (SamplingConfig serves two options)
+        (["--rollout.sampling.top_p", "2"], "rollout.sampling.top_p must", "(0, 1]"),
+        (["--rollout.eval_sampling.top_p", "2"], "rollout.eval_sampling.top_p must", "(0, 1]"),
         (
             ["--trainer.callbacks+=lite_ppo.callbacks.ClipHigher", "--trainer.callbacks.eps_low=1.5"],
             "ClipHigher.eps_low",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import re
 
-__all__ = ["OneLineParser", "UserError", "one_line", "parser_message"]
+__all__ = ["OneLineParser", "UserError", "name_the_option", "one_line", "parser_message"]
 
 
 class UserError(ValueError):
@@ -48,6 +48,25 @@ def parser_message(message: str) -> str:
         types = re.sub(r",\s*(?![^\[]*\])", " or ", types)  # commas outside brackets
         text = f"{text[: union.start()]}expected {types}, got {union.group(2).strip()!r}"
     return text
+
+
+def name_the_option(message: str, settings) -> str:
+    """A constructor's ``Class.field ..., got V`` with ``Class.field`` replaced by the option(s) that
+    hold ``V`` in ``settings`` (``(dotted key, value)`` pairs, e.g. a jsonargparse Namespace's items):
+    ``SamplingConfig.temperature must be > 0, got 0.0`` -> ``rollout.sampling.temperature must be > 0,
+    got 0.0``. Left as it is when no option matches (a callback in a list keeps its class name).
+
+    Example:
+        >>> name_the_option("SamplingConfig.top_p must be in (0, 1], got 2.0",
+        ...                 [("rollout.sampling.top_p", 2.0), ("rollout.eval_sampling.top_p", 1.0)])
+        'rollout.sampling.top_p must be in (0, 1], got 2.0'
+    """
+    match = re.match(r"([A-Z]\w*)\.(\w+) (.*), got (.+)$", message)
+    if match is None:
+        return message
+    field, rest, got = match.group(2), match.group(3), match.group(4)
+    keys = [key for key, value in settings if key.rsplit(".", 1)[-1] == field and str(value) == got]
+    return f"{' and '.join(keys)} {rest}, got {got}" if keys else message
 
 
 def one_line(message: str) -> str:

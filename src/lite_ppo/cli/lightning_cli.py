@@ -36,7 +36,7 @@ from lite_ppo.callbacks.rollout import Rollout
 from lite_ppo.cli.compose import compose_callbacks
 from lite_ppo.data.datamodule import MathDataModule
 from lite_ppo.data.seeding import run_seed
-from lite_ppo.errors import UserError, parser_message
+from lite_ppo.errors import UserError, name_the_option, parser_message
 from lite_ppo.reliability import CheckpointIntegrity, DivergenceGuard, Preemption
 from lite_ppo.research.run_dir import configure_evaluation_dir, prepare_fit_run
 from lite_ppo.research.run_record import RunRecord
@@ -174,7 +174,8 @@ class LitePPOCLI(LightningCLI):
         except BaseException as err:
             self._remove_unstarted_run(say=False)  # the folder claimed a moment ago, still empty
             if isinstance(err, ValueError) and not isinstance(err, UserError):
-                raise UserError(f"invalid setting: {parser_message(str(err))}") from err
+                settings = self.config.get(self.subcommand, self.config).items()
+                raise UserError(f"invalid setting: {name_the_option(parser_message(str(err)), settings)}") from err
             raise
 
     def _remove_unstarted_run(self, say: bool) -> bool:
