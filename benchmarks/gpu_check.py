@@ -829,16 +829,22 @@ def zero3_run(
     def gathered(policy) -> dict:
         return {name: t.detach().float().cpu().clone() for name, t in iter_gathered_state(policy, 1 << 22, copy=True)}
 
+    class StepBatches(pl.Callback):
+        """The module's rollout source: the tests' batch of this training step."""
+
+        def setup(self, trainer, pl_module, stage):
+            pl_module.use_rollout_source(self)
+
+        def training_rollout(self, trainer, module, batch, batch_idx):
+            index = trainer.global_step // num_mini_batches  # restored by a resume, unlike the loader
+            record.batches_run.append(index)
+            return steps.batch(seed=index).to(module.device)
+
     class Record(Technique):
-        """Puts the tests' batch of this training step into the batch; records grads, weights, losses."""
+        """Records grads, weights, losses."""
 
         def on_train_start(self, trainer, module):
             record.start = gathered(module.policy)
-
-        def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            index = trainer.global_step // num_mini_batches  # restored by a resume, unlike the loader
-            record.batches_run.append(index)
-            batch["rollout"] = steps.batch(seed=index).to(module.device)
 
         def on_before_optimizer_step(self, trainer, module, optimizer):
             from deepspeed.utils import safe_get_full_grad  # p.grad without ZeRO; gathers under ZeRO-3
@@ -872,7 +878,7 @@ def zero3_run(
             from lite_ppo.strategies import CPUDeepSpeedStrategy
 
             strategy = CPUDeepSpeedStrategy(config=deepspeed_config(device))
-    callbacks: list = [steps.FixedAdvantages(), Record()]
+    callbacks: list = [StepBatches(), steps.FixedAdvantages(), Record()]
     if checkpoints is not None:
         callbacks.append(ModelCheckpoint(dirpath=checkpoints, every_n_train_steps=num_mini_batches, save_top_k=-1))
     torch.manual_seed(0)

@@ -83,7 +83,7 @@ class StepMeter(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch: Any, batch_idx: int) -> None:
         record = self._current or {}
-        rollout = batch.get("rollout") if isinstance(batch, dict) else None
+        rollout = outputs.get("rollout") if isinstance(outputs, dict) else None  # LitePPO.training_step's
         if rollout is not None:
             record.update(rollout_counts(rollout))
         RECORDS.append(record)

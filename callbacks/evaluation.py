@@ -199,7 +199,7 @@ class Evaluation(Callback):
     def on_validation_batch_end(
         self, trainer, pl_module, outputs, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        rollout = batch.get("rollout") if isinstance(batch, dict) else None
+        rollout = outputs.get("rollout") if isinstance(outputs, dict) else None  # LitePPO.validation_step's
         if rollout is None:
             return
         self._batches_seen += 1

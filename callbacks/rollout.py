@@ -31,19 +31,21 @@ from lite_ppo.technique import techniques_of
 class Rollout(Callback):
     """Generates and scores the responses of each training step for the module.
 
-    It generates G responses per prompt with the configured engine, scores them, and hands the
-    module a :class:`~lite_ppo.rollout.batch.RolloutBatch` as ``batch["rollout"]``.
+    It generates G responses per prompt with the configured engine, scores them, and is the
+    module's :class:`~lite_ppo.training.rollout_source.RolloutSource`: it registers with the module
+    at setup, and the module's ``training_step`` asks it for the step's
+    :class:`~lite_ppo.rollout.batch.RolloutBatch` (:meth:`training_rollout`) as its first stage.
 
     The work (engine sync, prompt formatting, generation, decoding, scoring, the batch layout,
     prompt-length checks) is :class:`~lite_ppo.rollout.producer.RolloutProducer`'s, the same code
-    ``lite-ppo evaluate`` runs. This callback adds what belongs to training: before each training
+    ``lite-ppo evaluate`` runs. This callback adds what belongs to training: for each training
     step it has the producer generate and score, then adds every technique's ``shape_rewards`` term
     to the rewards, shows the batch to ``on_rollout`` (read-only), runs ``keep_groups`` and refills
     dropped groups, and logs the timings (``time/*``). After the step: its wall time
     (``time/step_s``) and peak memory (``memory/*``). It reports each phase
-    (``module.report_phase``) so that the console can show what the step is doing. Before each
-    validation batch: the same generation and scoring with ``eval_sampling`` (greedy by default),
-    and no technique hook runs (the hooks are training-only).
+    (``module.report_phase``) so that the console can show what the step is doing. For each
+    validation batch (:meth:`validation_rollout`): the same generation and scoring with
+    ``eval_sampling`` (greedy by default), and no technique hook runs (the hooks are training-only).
 
     Args:
         engine: the rollout engine: ``VLLMEngine`` (fast) or ``HFEngine`` (portable). Default:
@@ -132,16 +134,28 @@ class Rollout(Callback):
 
     # -- Lightning hooks ---------------------------------------------------------------------------
     @override
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        pl_module.use_rollout_source(self)
+
+    @override
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch: dict[str, Any], batch_idx: int
     ) -> None:
+        """Starts the step's wall clock and peak-memory count (logged in :meth:`on_train_batch_end`)."""
+        self._step_start = time.perf_counter()
+        if torch.cuda.is_available() and pl_module.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(pl_module.device)
+
+    # -- the module's rollout source -----------------------------------------------------------------
+    def training_rollout(
+        self, trainer: Trainer, pl_module: LightningModule, batch: dict[str, Any], batch_idx: int
+    ) -> RolloutBatch:
+        """The training step's batch: generated and scored, every technique's reward term added,
+        shown to ``on_rollout``, filtered by ``keep_groups`` and refilled; its timings logged."""
         index = int(batch.get("index", batch_idx))
         problems = batch["problems"]
         self._dropped_prompts = 0
         self._replacements = _replacement_stream(trainer, index)
-        self._step_start = time.perf_counter()
-        if torch.cuda.is_available() and pl_module.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(pl_module.device)
         rollout, timings = self._scored_rollout(trainer, pl_module, problems, index, round_index=0)
         target_groups = len(problems)
         keep = _keep_mask(trainer, pl_module, rollout)
@@ -167,7 +181,6 @@ class Rollout(Callback):
             pl_module.log(
                 "groups/dropped_rate", 1.0 - (keep.float().mean().item()), on_step=True, on_epoch=False, batch_size=1
             )
-        batch["rollout"] = rollout
         self._log_rollout(pl_module, rollout, timings)
         if self.producer.prompt_token_limit(pl_module, self.sampling) is not None:
             pl_module.log(
@@ -179,6 +192,16 @@ class Rollout(Callback):
                 reduce_fx="sum",
                 sync_dist=True,
             )
+        return rollout
+
+    def validation_rollout(
+        self, trainer: Trainer, pl_module: LightningModule, batch: dict[str, Any], batch_idx: int
+    ) -> RolloutBatch:
+        """A validation batch generated and scored with ``eval_sampling``; no technique hook runs."""
+        rollout, _ = self.producer.produce(
+            pl_module, batch["problems"], self.eval_sampling, self.seed + batch_idx, on_phase=pl_module.report_phase
+        )
+        return rollout
 
     def _scored_rollout(
         self, trainer, module, problems: list[Problem], index: int, round_index: int
@@ -232,15 +255,6 @@ class Rollout(Callback):
         pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
         seconds = time.perf_counter() - getattr(self, "_step_start", time.perf_counter())
         pl_module.log(names.STEP_SECONDS, seconds, on_step=True, on_epoch=False, batch_size=1, prog_bar=True)
-
-    @override
-    def on_validation_batch_start(
-        self, trainer, pl_module, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        rollout, _ = self.producer.produce(
-            pl_module, batch["problems"], self.eval_sampling, self.seed + batch_idx, on_phase=pl_module.report_phase
-        )
-        batch["rollout"] = rollout
 
     @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch import Trainer
 from torch.utils.data import DataLoader
 
+from helpers.given_rollouts import GivenRollouts
 from helpers.technique_fit import Record, fit_step, rollout
 from lite_ppo import LitePPO
 from lite_ppo.callbacks import AdvantageNormalization, EntropyBonus, LossAggregation
@@ -136,7 +137,7 @@ def _trainer(max_epochs: int, callbacks: list) -> Trainer:
         devices=1,
         max_epochs=max_epochs,
         logger=False,
-        callbacks=callbacks,
+        callbacks=[GivenRollouts(), *callbacks],
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,

@@ -196,8 +196,7 @@ def test_rollout_callback_adds_every_shaping_term_then_shows_the_batch_read_only
         engine = ScriptedEngine([list(g) for g in script])
         rollout = Rollout(engine=engine, sampling=SamplingConfig(n=2, max_new_tokens=16))
         batch = {"problems": problems, "index": 0}
-        rollout.on_train_batch_start(trainer, module, batch, 0)
-        shaped = batch["rollout"]
+        shaped = rollout.training_rollout(trainer, module, batch, 0)
         assert seen["verifier"] == [[1.0, 0.0, 1.0, 0.0]] * 2  # each term is computed from the verifier's rewards
         assert shaped.rewards.tolist() == [0.5, -0.5, 0.5, -0.5]  # 1 or 0, plus 0.5 - 1.0
         assert seen["on_rollout"] == seen["keep_groups"] == [shaped.rewards.tolist()] * 2

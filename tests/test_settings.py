@@ -171,7 +171,7 @@ class _Seen(Callback):
         self.prompt_lengths: list[int] = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        rollout = batch["rollout"]
+        rollout = outputs["rollout"]
         self.ids += rollout.extras["problem_id"]
         width = rollout.response_mask.shape[1]
         self.prompt_lengths += rollout.attention_mask[:, :-width].sum(-1).tolist()

@@ -155,14 +155,14 @@ def _worker(args) -> None:
     from lite_ppo.technique import Technique
     from lite_ppo.training.module import LitePPO
 
+    from given_rollouts import GivenRollouts  # this script's folder (tests/helpers) is on sys.path
+
     torch.set_num_threads(1)
     out = Path(args.out)
 
-    class InjectRollout(pl.Callback):
-        """Replaces generation: puts this rank's share of the fixed global batch into the batch."""
-
-        def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            batch["rollout"] = rank_rollout(module.tokenizer, trainer.global_rank, trainer.world_size).to(module.device)
+    def this_ranks_share(trainer, module, batch_idx):
+        """Replaces generation: this rank's share of the fixed global batch."""
+        return rank_rollout(module.tokenizer, trainer.global_rank, trainer.world_size).to(module.device)
 
     class Record(Technique):
         def __init__(self):
@@ -269,7 +269,7 @@ def _worker(args) -> None:
             callbacks=[
                 AdvantageNormalization(mean_scope="group", std_scope="batch"),
                 LossAggregation(mode=aggregation),
-                InjectRollout(),
+                GivenRollouts(this_ranks_share),
                 record,
                 # after record, whose on_update_end reads KLCov's selection before KLCov drops it
                 *(getattr(callbacks, name)(**kwargs) for name, kwargs in MODE_TECHNIQUES.get(mode, [])),

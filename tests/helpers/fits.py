@@ -42,13 +42,15 @@ def fit_one_batch(module, rollout, callbacks: list, logger=False, accelerator: s
     from lightning.pytorch import Trainer
     from torch.utils.data import DataLoader
 
+    from helpers.given_rollouts import GivenRollouts
+
     trainer = Trainer(
         accelerator=accelerator,
         devices=1,
         max_epochs=1,
         limit_train_batches=1,
         logger=logger,
-        callbacks=callbacks,
+        callbacks=[GivenRollouts(), *callbacks],
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,

@@ -66,6 +66,7 @@ from lite_ppo.training.policy_forward import (
 )
 from lite_ppo.training.preflight import check_fit_settings
 from lite_ppo.training.resume import check_resume, format_differences, technique_differences, technique_settings
+from lite_ppo.training.rollout_source import NO_SOURCE, RolloutSource, ValidationRolloutSource
 from lite_ppo.training.schedule import lr_lambda, planned_optimizer_steps
 
 
@@ -203,11 +204,35 @@ class LitePPO(LightningModule):
         self.step_metrics = StepMetrics()  # this training step's scalars, the techniques' included
         self._warned_no_engine_logprobs = False
         self._hf_zero3_token = None  # keeps transformers' ZeRO-3 flag alive as long as the policy (configure_model)
+        self._rollout_source: tuple[Any, RolloutSource] | None = None  # (the trainer it serves, the source)
 
     # -- model -------------------------------------------------------------------------------------
+    def use_rollout_source(self, source: RolloutSource) -> None:
+        """Called by the rollout callback in its ``setup`` hook: ``source`` produces this trainer's
+        rollouts (``lite_ppo.training.rollout_source``). Two sources in one trainer are refused."""
+        if not isinstance(source, RolloutSource):
+            raise TypeError(f"{type(source).__name__} is not a RolloutSource: it has no training_rollout method")
+        if self._rollout_source is not None:
+            trainer, current = self._rollout_source
+            if trainer is self._trainer and current is not source:
+                raise UserError(
+                    f"two rollout sources in trainer.callbacks ({type(current).__name__} and "
+                    f"{type(source).__name__}): keep one"
+                )
+        self._rollout_source = (self._trainer, source)
+
+    @property
+    def rollout_source(self) -> RolloutSource:
+        """This trainer's source of rollouts; a one-line error when no callback registered one."""
+        if self._rollout_source is None or self._rollout_source[0] is not self._trainer:
+            raise UserError(NO_SOURCE)
+        return self._rollout_source[1]
+
     def setup(self, stage: str) -> None:
-        # Lightning calls this before configure_model: refuse settings that cannot work while no
-        # weights have loaded yet (lite_ppo.training.preflight says what is checked).
+        # Lightning calls this after the callbacks' setup (the rollout source has registered) and
+        # before configure_model: refuse settings that cannot work while no weights have loaded
+        # yet (lite_ppo.training.preflight says what is checked).
+        self.rollout_source  # noqa: B018  (a run without a rollout callback stops here, not at step 1)
         if stage == "fit":
             check_fit_settings(self.trainer, self)
             # The technique list is known now too: a misspelt hook or no / two advantage estimators
@@ -340,10 +365,8 @@ class LitePPO(LightningModule):
                 rank_zero_info(f"resuming with changed techniques (applied): {'; '.join(changes)}")
 
     # -- one training step -------------------------------------------------------------------------
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        rollout: RolloutBatch | None = batch.get("rollout") if isinstance(batch, dict) else None
-        if rollout is None:
-            raise RuntimeError("the batch carries no rollout: add `lite_ppo.callbacks.Rollout` under trainer.callbacks")
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, RolloutBatch]:
+        rollout = self.rollout_source.training_rollout(self.trainer, self, batch, batch_idx)
         techniques = techniques_of(self.trainer)
         metrics = self.step_metrics
         advantages = self._estimator.compute_advantages(self.trainer, self, rollout).to(torch.float32)
@@ -402,14 +425,15 @@ class LitePPO(LightningModule):
             part = {k: v for k, v in scalars.items() if (k in live) == prog_bar}
             self.log_dict(part, on_step=True, on_epoch=False, batch_size=rollout.num_responses, prog_bar=prog_bar)
         self.report_phase(None)
+        return {"rollout": rollout}  # the step's final batch, as `outputs` of on_train_batch_end
 
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        """Nothing to compute here: the ``Rollout`` callback generates and scores the validation
-        batch (``batch["rollout"]``) and the ``Evaluation`` callback turns it into metrics."""
-        if batch.get("rollout") is None:
-            raise RuntimeError(
-                "the validation batch carries no rollout: add `lite_ppo.callbacks.Rollout` under trainer.callbacks"
-            )
+    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Any]:
+        """The validation batch generated and scored by the rollout source, returned as the
+        ``outputs`` that the ``Evaluation`` callback turns into metrics."""
+        source = self.rollout_source
+        if not isinstance(source, ValidationRolloutSource):
+            raise UserError(f"{type(source).__name__} cannot generate validation batches (no validation_rollout)")
+        return {"rollout": source.validation_rollout(self.trainer, self, batch, batch_idx)}
 
     # -- pieces --------------------------------------------------------------------------------------
     def report_phase(self, phase: str | None, done: int = 0, total: int = 0) -> None:

@@ -1,0 +1,50 @@
+"""What the module needs from generation: the rollout of each training step and of each validation batch.
+
+Generation stays in a callback (``lite_ppo.callbacks.Rollout`` owns the engine, its setup, weight sync
+and teardown in callback hooks); this is the one declared hand-off. The callback registers itself in
+its ``setup`` hook (:meth:`LitePPO.use_rollout_source`), and the module's ``training_step`` asks it
+for the step's batch as stage 1. A fit without a source stops at start with a one-line error.
+
+A test or a benchmark that trains on fixed batches registers its own source the same way::
+
+    class GivenRollouts(Callback):
+        def setup(self, trainer, pl_module, stage):
+            pl_module.use_rollout_source(self)
+
+        def training_rollout(self, trainer, module, batch, batch_idx):
+            return my_batches[batch_idx]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lightning.pytorch import LightningModule, Trainer
+
+    from lite_ppo.rollout.batch import RolloutBatch
+
+
+@runtime_checkable
+class RolloutSource(Protocol):
+    """Produces the module's rollouts. ``batch`` is the data module's batch (``problems``, ``index``)."""
+
+    def training_rollout(
+        self, trainer: Trainer, module: LightningModule, batch: dict[str, Any], batch_idx: int
+    ) -> RolloutBatch:
+        """The training step's batch: generated, scored, shaped and filtered, ready for advantages."""
+        ...
+
+
+@runtime_checkable
+class ValidationRolloutSource(RolloutSource, Protocol):
+    """A source that also generates the validation batches (the ``Rollout`` callback does)."""
+
+    def validation_rollout(
+        self, trainer: Trainer, module: LightningModule, batch: dict[str, Any], batch_idx: int
+    ) -> RolloutBatch: ...
+
+
+NO_SOURCE = (
+    "no rollout source: add `lite_ppo.callbacks.Rollout` under trainer.callbacks (it generates each step's responses)"
+)
