@@ -145,6 +145,7 @@ def skip_deepspeed_shm_op() -> None:
 def _worker(args) -> None:
     skip_deepspeed_shm_op()
     import lightning.pytorch as pl
+    from given_rollouts import GivenRollouts  # this script's folder (tests/helpers) is on sys.path
     from torch.utils.data import DataLoader
 
     from lite_ppo import callbacks
@@ -154,8 +155,6 @@ def _worker(args) -> None:
     from lite_ppo.strategies.weight_gather import iter_gathered_state
     from lite_ppo.technique import Technique
     from lite_ppo.training.module import LitePPO
-
-    from given_rollouts import GivenRollouts  # this script's folder (tests/helpers) is on sys.path
 
     torch.set_num_threads(1)
     out = Path(args.out)
