@@ -78,3 +78,14 @@ def test_engine_logprobs_used_when_they_match_and_refused_when_they_drift(tiny_m
     torch.testing.assert_close(seen.old, true, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(seen.old, far.engine_logprobs, atol=1e-2)
     assert seen.scalars["update/engine_logprob_drift"] == pytest.approx(0.1, rel=1e-3)
+
+
+def test_a_step_that_falls_back_from_the_engine_updates_as_recompute_would(tiny_model_path):
+    """Drifting engine log-probs are replaced for every optimizer step, not only the first: the
+    second mini-batch's ratio is taken against the trainer's own pass (before: the engine's)."""
+    true = _initial_logprobs(tiny_model_path, _batch())
+    far = _batch(engine_shift=0.1, true_logprobs=true)
+    with pytest.warns(UserWarning, match="differ from the trainer's"):
+        fallback = _step(tiny_model_path, far, num_mini_batches=2, old_logprobs="engine", optimizer="sgd")
+    recompute = _step(tiny_model_path, far, num_mini_batches=2, old_logprobs="recompute", optimizer="sgd")
+    assert_same_update(*fallback, *recompute)

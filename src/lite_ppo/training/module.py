@@ -56,6 +56,7 @@ from lite_ppo.technique import (
     refuse_repeated_techniques,
     techniques_of,
 )
+from lite_ppo.training.old_logprobs import OLD_LOGPROB_SOURCES, OldLogprobs, choose_source
 from lite_ppo.training.policy_forward import (
     forward_token_counts,
     packs_into_one_row,
@@ -189,7 +190,7 @@ class LitePPO(LightningModule):
             raise UserError(f"model.logprob_chunk_size={logprob_chunk_size}: must be >= 1, or null for full logits")
         if mini_batch_split not in MINI_BATCH_SPLITS:
             raise UserError(f"model.mini_batch_split={mini_batch_split!r}: choose group or row")
-        if old_logprobs not in ("reuse_first", "recompute", "engine"):
+        if old_logprobs not in OLD_LOGPROB_SOURCES:
             raise UserError(f"model.old_logprobs={old_logprobs!r}: choose reuse_first, recompute or engine")
         self.lora = LoraSettings.from_config(lora)  # its values refused here, its targets before the weights load
         self._base_identity: dict[str, Any] | None = None  # a LoRA run's base, for its checkpoints
@@ -383,21 +384,21 @@ class LitePPO(LightningModule):
         rollout = replace(rollout, loss_mask=_product(rollout.loss_mask, masks))
 
         start = time.perf_counter()
-        source = self._old_logprob_source(rollout, techniques)
+        old = self._old_logprobs(rollout, techniques)
         self.report_phase("old log-probs")
         # With a technique that needs pi_old's entropy (Technique.needs_old_entropy), the same pass gives it.
-        with_entropy = any(t.needs_old_entropy for t in techniques)
-        old, old_entropy = self._old_logprobs_before_update(rollout, source, with_entropy)
-        rollout = replace(rollout, old_logprobs=old, old_entropy=old_entropy)
+        known, old_entropy = old.before_update(with_entropy=any(t.needs_old_entropy for t in techniques))
+        rollout = replace(rollout, old_logprobs=known, old_entropy=old_entropy)
         old_logprob_s = time.perf_counter() - start
-        if source == "recompute":
+        if old.source == "recompute":
             weights = [t.token_weights(self.trainer, self, rollout, metrics) for t in techniques]
             rollout = replace(rollout, token_weights=_product(rollout.token_weights, weights))
             selections = [t.policy_mask(self.trainer, self, rollout, metrics) for t in techniques]
             rollout = replace(rollout, policy_mask=_product(rollout.policy_mask, selections))
 
         start = time.perf_counter()
-        rollout = replace(rollout, old_logprobs=self.ppo_update(rollout, techniques, metrics, source))
+        self.ppo_update(rollout, techniques, metrics, old)
+        rollout = replace(rollout, old_logprobs=old.values)  # complete now that the first optimizer step ran
         train_s = time.perf_counter() - start
         for technique in techniques:
             technique.observe_old_logprobs(self.trainer, self, rollout, metrics)
@@ -475,33 +476,27 @@ class LitePPO(LightningModule):
         )
         return out.logits[:, :-1].float() / batch.temperature
 
-    def _old_logprob_source(self, rollout: RolloutBatch, techniques: list[Technique]) -> OldLogprobSource:
-        """``model.old_logprobs``, or ``recompute`` when a technique needs them all up front."""
-        wanted = self.hparams.old_logprobs
-        if wanted != "recompute" and any(needs_old_logprobs_up_front(t) for t in techniques):
-            return "recompute"
-        if wanted == "engine" and rollout.engine_logprobs is None:
-            if not self._warned_no_engine_logprobs:
-                rank_zero_warn("model.old_logprobs=engine: the rollout engine reports no log-probs; using reuse_first")
-                self._warned_no_engine_logprobs = True
-            return "reuse_first"
-        return wanted
-
-    def _old_logprobs_before_update(
-        self, rollout: RolloutBatch, source: OldLogprobSource, with_entropy: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """[B, R] old log-probs known before the first optimizer step (under ``reuse_first`` the
-        first mini-batch's rows are zeros here and filled from their own forward in ``ppo_update``),
-        and, under ``recompute`` when ``with_entropy``, pi_old's entropy [B, R] from the same pass."""
-        if source == "engine":
-            return rollout.engine_logprobs * rollout.response_mask, None
-        if source == "recompute":
-            return self._score_without_gradient(rollout, with_entropy)
-        old = torch.zeros_like(rollout.response_mask, dtype=torch.float32)
-        later = torch.cat(self.mini_batches(rollout)[1:]) if self.hparams.num_mini_batches > 1 else None
-        if later is not None:
-            old[later] = self.sequence_logprobs(rollout.select(later))
-        return old, None
+    def _old_logprobs(self, rollout: RolloutBatch, techniques: list[Technique]) -> OldLogprobs:
+        """This step's old log-probs (``lite_ppo.training.old_logprobs``): ``model.old_logprobs``, or
+        ``recompute`` when a technique needs them all before the update."""
+        source, why = choose_source(
+            self.hparams.old_logprobs,
+            needs_all_up_front=any(needs_old_logprobs_up_front(t) for t in techniques),
+            engine_reports=rollout.engine_logprobs is not None,
+        )
+        if why is not None and not self._warned_no_engine_logprobs:
+            rank_zero_warn(why)
+            self._warned_no_engine_logprobs = True
+        return OldLogprobs(
+            rollout,
+            source,
+            later_rows=torch.cat(self.mini_batches(rollout)[1:]) if self.hparams.num_mini_batches > 1 else None,
+            score=self._score_without_gradient,
+            global_sum=Ranks(self._trainer).sum,
+            tolerance=self.hparams.engine_logprob_tolerance,
+            metrics=self.step_metrics,
+            warn=rank_zero_warn,
+        )
 
     @torch.no_grad()
     def sequence_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
@@ -587,18 +582,14 @@ class LitePPO(LightningModule):
         rollout: RolloutBatch,
         techniques: list[Technique],
         metrics: StepMetrics,
-        source: OldLogprobSource = "recompute",
-    ) -> torch.Tensor:
-        """The ``num_mini_batches`` optimizer steps on ``rollout``; their scalars go to ``metrics``.
-
-        Returns the old log-probs [B, R] the loss used: ``rollout.old_logprobs`` with, unless
-        ``source`` is ``recompute``, the first mini-batch's taken from its own forward pass.
-        """
+        old: OldLogprobs,
+    ) -> None:
+        """The ``num_mini_batches`` optimizer steps on ``rollout``, each micro-batch's old log-probs
+        from ``old``; their scalars go to ``metrics``."""
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()
         guard = divergence_guard_of(self.trainer)  # skips optimizer steps with a non-finite loss or grad norm
-        old = _OldLogprobs(rollout.old_logprobs.clone(), source)
         update = _Update(
-            rollout, techniques, metrics, policy_objective(self.loss_config.objective), self.mini_batches(rollout)
+            rollout, techniques, metrics, policy_objective(self.loss_config.objective), self.mini_batches(rollout), old
         )
         for step, step_rows in enumerate(update.mini_batches):
             self.report_phase("updating", step + 1, len(update.mini_batches))
@@ -609,10 +600,9 @@ class LitePPO(LightningModule):
             optimizer.zero_grad()
             micro_rows = self.micro_batch_rows(mini)
             for i, rows in enumerate(micro_rows):
-                first_old = old if step == 0 else None  # the first step's old log-probs may be its own forward's
                 last = i == len(micro_rows) - 1
                 loss = self._micro_step(
-                    update, mini.select(rows), step_rows[rows], denominators, first_old, first_micro=i == 0, sync=last
+                    update, mini.select(rows), step_rows[rows], denominators, first=(step == 0, i == 0), sync=last
                 )
                 guard.observe_loss(loss)
             # 3. Clip, step (the guard drops a non-finite step and stops an exploding one), schedule.
@@ -626,7 +616,6 @@ class LitePPO(LightningModule):
             scheduler.step()
             self.policy_version += 1
         metrics.mean(names.LEARNING_RATE, optimizer.param_groups[0]["lr"], 1)  # the same on every rank
-        return old.values
 
     def _loss_denominators(self, mini: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The aggregation denominators of one optimizer step (all its micro-batches, all ranks) in one
@@ -645,14 +634,13 @@ class LitePPO(LightningModule):
         micro: RolloutBatch,
         rows: torch.Tensor,
         denominators: tuple[torch.Tensor, torch.Tensor],
-        first_old: _OldLogprobs | None,
-        first_micro: bool,
+        first: tuple[bool, bool],
         sync: bool,
     ) -> torch.Tensor:
         """Forward, loss and backward of one micro-batch (``rows`` of the rollout); returns the loss.
 
-        ``first_old`` is given in the first optimizer step, whose old log-probs may come from this
-        forward (``reuse_first``, or ``engine`` when the engine's drift too far)."""
+        ``first``: whether this is the first optimizer step and its first micro-batch, whose old
+        log-probs may come from this forward (``update.old``)."""
         cfg, metrics, objective = self.loss_config, update.metrics, update.objective
         terms_denominator, policy_denominator = denominators
         begin_micro_batch(self._trainer)  # DeepSpeed: accumulate, not overwrite, this micro-batch's gradient
@@ -661,8 +649,7 @@ class LitePPO(LightningModule):
             micro, pack=self.packs_prompts(), one_row=packs_into_one_row(self.policy)
         )
         metrics.mean(names.PADDING_EFFICIENCY, real, processed)
-        if first_old is not None:
-            micro = self._first_step_old_logprobs(update.rollout, micro, rows, logprobs, first_old, first_micro)
+        micro = replace(micro, old_logprobs=update.old.of_micro(micro, rows, logprobs, *first))
         # The objective's mask is the policy loss's: GSPO's s_i averages over (and so sends its
         # gradient to) exactly the tokens the policy loss keeps, and the statistics count them.
         token_loss, objective_stats = objective.fn(
@@ -694,53 +681,6 @@ class LitePPO(LightningModule):
         if loss is not policy_loss:  # a technique added terms: the optimized loss differs from the surrogate
             metrics.sum(names.TOTAL_LOSS, loss / steps)
         return loss
-
-    def _first_step_old_logprobs(
-        self,
-        rollout: RolloutBatch,
-        micro: RolloutBatch,
-        rows: torch.Tensor,
-        logprobs: torch.Tensor,
-        old: _OldLogprobs,
-        first_micro: bool,
-    ) -> RolloutBatch:
-        """``micro`` of the first optimizer step with its old log-probs. The policy has not moved since
-        the rollout, so under ``reuse_first`` this forward's log-probs are pi_old (recorded in ``old``);
-        under ``engine`` the first micro-batch checks the engine's against them and falls back to
-        ``reuse_first`` when they drift."""
-        if old.source == "engine" and first_micro:
-            old.source = self._check_engine_logprobs(rollout, micro, logprobs, old.values)
-        if old.source != "reuse_first":
-            return micro
-        micro = replace(micro, old_logprobs=logprobs.detach() * micro.response_mask)
-        old.values[rows] = micro.old_logprobs
-        return micro
-
-    def _check_engine_logprobs(
-        self, rollout: RolloutBatch, micro: RolloutBatch, logprobs: torch.Tensor, old_logprobs: torch.Tensor
-    ) -> str:
-        """``engine`` when the engine's log-probs of the first micro-batch match the trainer's (on
-        every rank), else ``reuse_first`` (with a warning): then the rows after the first
-        mini-batch get their no-gradient pass now, while the policy has still not moved."""
-        mask = micro.response_mask
-        drift = Ranks(self._trainer).sum(
-            torch.stack([((logprobs.detach() - micro.engine_logprobs).abs() * mask).sum(), mask.sum()])
-        )
-        mean_drift = float(drift[0] / drift[1].clamp(min=1))
-        # The old log-probs are then the engine's, so a drift diagnostic comparing the two reads 0:
-        # this is the measured gap (one value, already global).
-        self.step_metrics.mean(names.ENGINE_LOGPROB_DRIFT, mean_drift, 1)
-        if mean_drift <= self.hparams.engine_logprob_tolerance:
-            return "engine"
-        rank_zero_warn(
-            f"model.old_logprobs=engine: the engine's log-probs differ from the trainer's by {mean_drift:.2e} "
-            "nats per token "
-            f"(> engine_logprob_tolerance={self.hparams.engine_logprob_tolerance:g}); this step uses the trainer's own"
-        )
-        if self.hparams.num_mini_batches > 1:
-            later = torch.cat(self.mini_batches(rollout)[1:])
-            old_logprobs[later] = self.sequence_logprobs(rollout.select(later))
-        return "reuse_first"
 
     @torch.no_grad()
     def _micro_stats(
@@ -820,18 +760,6 @@ def _update_stats(scalars: dict[str, torch.Tensor]) -> UpdateStats:
     )
 
 
-OldLogprobSource = Literal["engine", "recompute", "reuse_first"]
-
-
-@dataclass
-class _OldLogprobs:
-    """The old log-probs [B, R] an update uses, and where its first optimizer step takes them from
-    (``reuse_first`` fills them from that step's own forward passes)."""
-
-    values: torch.Tensor
-    source: OldLogprobSource
-
-
 @dataclass(frozen=True)
 class _Update:
     """What every micro-batch of one ``ppo_update`` shares."""
@@ -841,3 +769,4 @@ class _Update:
     metrics: StepMetrics
     objective: PolicyObjective
     mini_batches: list[torch.Tensor]
+    old: OldLogprobs
