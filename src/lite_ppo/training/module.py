@@ -3,62 +3,48 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import time
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import replace
 from typing import Any, Literal
 
 import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from lite_ppo import metric_names as names
 from lite_ppo.errors import UserError
 from lite_ppo.models import load_causal_lm, load_tokenizer, resolve_model
 from lite_ppo.models.adapter_checkpoint import BASE_KEY, adapter_state, base_identity, with_base_weights
 from lite_ppo.models.lora import LoraSettings, is_lora_model
 from lite_ppo.ops import (
     MINI_BATCH_SPLITS,
-    PolicyObjective,
-    aggregate_loss,
-    aggregation_denominator,
     entropy_from_logits,
     logprobs_from_logits,
     mini_batch_rows,
     policy_objective,
     split_to_count,
 )
-from lite_ppo.reliability.divergence import divergence_guard_of
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.step_metrics import StepMetrics
 from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.strategies.zero import (
     adamw_class,
-    begin_micro_batch,
-    deepspeed_engine,
     deepspeed_strategy,
-    engine_grad_norm,
     hf_zero3_loading,
     set_gradient_clipping,
     zero3_inference_engine,
 )
 from lite_ppo.technique import (
-    MiniBatchContext,
     PolicyLossConfig,
     Technique,
-    UpdateStats,
     advantage_estimator,
     build_loss_config,
     check_hook_names,
     needs_old_logprobs_up_front,
-    objective_kwargs,
     refuse_repeated_techniques,
     techniques_of,
 )
 from lite_ppo.training.old_logprobs import OLD_LOGPROB_SOURCES, OldLogprobs, choose_source
 from lite_ppo.training.policy_forward import (
-    forward_token_counts,
     packs_into_one_row,
     plan_micro_batches,
     response_logprobs,
@@ -69,25 +55,20 @@ from lite_ppo.training.preflight import check_fit_settings
 from lite_ppo.training.resume import check_resume, format_differences, technique_differences, technique_settings
 from lite_ppo.training.rollout_source import NO_SOURCE, RolloutSource, ValidationRolloutSource
 from lite_ppo.training.schedule import lr_lambda, planned_optimizer_steps
+from lite_ppo.training.step_statistics import LIVE, step_statistics, update_stats
+from lite_ppo.training.update import ppo_update
 
 
 class LitePPO(LightningModule):
     """Critic-free PPO on a Hugging Face causal LM (the base algorithm of "Tricks or Traps?", Liu et al., 2025).
 
-    One training step = one rollout batch (filled by the ``Rollout`` callback):
-
-    1. advantages from the single advantage-estimator technique, then the techniques' ``loss_mask``
-       answers multiplied into the loss mask;
-    2. old log-probs with the current policy, once, without gradient (with pi_old's entropy when a
-       technique asks), then the techniques' ``token_weights`` answers multiplied into the token
-       weights and their ``policy_mask`` answers into the tokens the policy loss is averaged over;
-    3. the batch split into ``num_mini_batches`` mini-batches (strided, see :meth:`mini_batches`),
-       one optimizer step each (manual optimization), each accumulated over micro-batches of
-       ``micro_batch_size`` responses: the per-token policy objective (the clipped surrogate unless
-       a technique chose another, ``ops.POLICY_OBJECTIVES``), aggregation with the denominator of
-       the whole optimizer step over all ranks, plus techniques' extra terms;
-    4. gradient clipping, optimizer and LR-scheduler step; the step's scalars (the module's and
-       the techniques', :attr:`step_metrics`) reduced once over ranks and logged.
+    One training step = one rollout batch, in the numbered stages of :meth:`training_step`: 1 the
+    rollout (from the registered :class:`~lite_ppo.training.rollout_source.RolloutSource`, the
+    ``Rollout`` callback), 2 advantages, 3 loss masks, 4 old log-probs
+    (:mod:`lite_ppo.training.old_logprobs`) with token weights and the policy mask, 5 the update
+    (:mod:`lite_ppo.training.update`: ``num_mini_batches`` optimizer steps, manual optimization),
+    6 statistics (:mod:`lite_ppo.training.step_statistics`). Which hook runs where is told once, in
+    ``lite_ppo.technique``.
 
     Which techniques run is decided by the trainer's callbacks (see ``lite_ppo.technique``); the module
     knows only the hook contract. Hooks return what they change; the module builds each stage's
@@ -367,26 +348,21 @@ class LitePPO(LightningModule):
 
     # -- one training step -------------------------------------------------------------------------
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, RolloutBatch]:
+        """One RL step, in the order of the hook contract (``lite_ppo.technique``); returns the final
+        batch as the step's ``outputs``."""
+        techniques, metrics = techniques_of(self.trainer), self.step_metrics
+        # 1. Rollout: generated, scored, shaped, filtered and refilled by the rollout source.
         rollout = self.rollout_source.training_rollout(self.trainer, self, batch, batch_idx)
-        techniques = techniques_of(self.trainer)
-        metrics = self.step_metrics
-        advantages = self._estimator.compute_advantages(self.trainer, self, rollout).to(torch.float32)
-        expected = (
-            tuple(rollout.response_mask.shape) if self._estimator.per_token_advantages else (rollout.num_responses,)
-        )
-        if tuple(advantages.shape) != expected:
-            raise RuntimeError(
-                f"{type(self._estimator).__name__}.compute_advantages returned shape {tuple(advantages.shape)}, "
-                f"expected {expected} (per_token_advantages={self._estimator.per_token_advantages})"
-            )
-        rollout = replace(rollout, advantages=advantages)
+        # 2. Advantages, from the one estimator.
+        rollout = replace(rollout, advantages=self._advantages(rollout))
+        # 3. Loss masks (they multiply).
         masks = [t.loss_mask(self.trainer, self, rollout, metrics) for t in techniques]
         rollout = replace(rollout, loss_mask=_product(rollout.loss_mask, masks))
-
+        # 4. Old log-probs known before the update (pi_old's entropy from the same pass when a
+        #    technique needs it); with all of them known, token weights and the policy mask.
         start = time.perf_counter()
         old = self._old_logprobs(rollout, techniques)
         self.report_phase("old log-probs")
-        # With a technique that needs pi_old's entropy (Technique.needs_old_entropy), the same pass gives it.
         known, old_entropy = old.before_update(with_entropy=any(t.needs_old_entropy for t in techniques))
         rollout = replace(rollout, old_logprobs=known, old_entropy=old_entropy)
         old_logprob_s = time.perf_counter() - start
@@ -395,38 +371,36 @@ class LitePPO(LightningModule):
             rollout = replace(rollout, token_weights=_product(rollout.token_weights, weights))
             selections = [t.policy_mask(self.trainer, self, rollout, metrics) for t in techniques]
             rollout = replace(rollout, policy_mask=_product(rollout.policy_mask, selections))
-
+        # 5. The update: num_mini_batches optimizer steps (lite_ppo.training.update).
         start = time.perf_counter()
-        self.ppo_update(rollout, techniques, metrics, old)
+        ppo_update(self, rollout, techniques, metrics, old)
         rollout = replace(rollout, old_logprobs=old.values)  # complete now that the first optimizer step ran
-        train_s = time.perf_counter() - start
+        update_s = time.perf_counter() - start
         for technique in techniques:
             technique.observe_old_logprobs(self.trainer, self, rollout, metrics)
-
-        # Timings are per rank: their mean over ranks (a count of 1 per rank).
-        metrics.mean(names.OLD_LOGPROB_SECONDS, old_logprob_s, 1)
-        metrics.mean(names.UPDATE_SECONDS, train_s, 1)
-        metrics.mean(names.UPDATE_TOKENS_PER_SECOND, rollout.attention_mask.sum() / max(train_s, 1e-9), 1)
-        nonzero = rollout.advantages.abs() > 1e-8
-        if nonzero.dim() == 2:  # per-token advantages: a response counts when any of its tokens has one
-            nonzero = (nonzero & rollout.response_mask.bool()).any(-1)
-        metrics.mean(names.ADVANTAGE_NONZERO, nonzero.sum(), rollout.num_responses)
+        # 6. Statistics: reduced once over micro-batches and ranks, shown to the techniques, logged.
+        step_statistics(metrics, rollout, old_logprob_s, update_s)
         scalars = metrics.compute(Ranks(self._trainer))
-        stats = _update_stats(scalars)
+        stats = update_stats(scalars)
         for technique in techniques:
             technique.on_update_end(self.trainer, self, rollout, stats)
-        live = {  # shown in the progress bar too (the clip share of whichever objective runs)
-            names.APPROX_KL,
-            names.CLIP_FRACTION,
-            names.GSPO_CLIP_FRACTION,
-            names.CISPO_CLIPPED_FRACTION,
-            names.SAPO_GRAD_SCALE_POSITIVE,
-        }
         for prog_bar in (False, True):
-            part = {k: v for k, v in scalars.items() if (k in live) == prog_bar}
+            part = {k: v for k, v in scalars.items() if (k in LIVE) == prog_bar}
             self.log_dict(part, on_step=True, on_epoch=False, batch_size=rollout.num_responses, prog_bar=prog_bar)
         self.report_phase(None)
-        return {"rollout": rollout}  # the step's final batch, as `outputs` of on_train_batch_end
+        return {"rollout": rollout}
+
+    def _advantages(self, rollout: RolloutBatch) -> torch.Tensor:
+        """The estimator's advantages, float32, [B] (or [B, R] with ``per_token_advantages``)."""
+        advantages = self._estimator.compute_advantages(self.trainer, self, rollout).to(torch.float32)
+        per_token = self._estimator.per_token_advantages
+        expected = tuple(rollout.response_mask.shape) if per_token else (rollout.num_responses,)
+        if tuple(advantages.shape) != expected:
+            raise RuntimeError(
+                f"{type(self._estimator).__name__}.compute_advantages returned shape {tuple(advantages.shape)}, "
+                f"expected {expected} (per_token_advantages={per_token})"
+            )
+        return advantages
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Any]:
         """The validation batch generated and scored by the rollout source, returned as the
@@ -577,165 +551,6 @@ class LitePPO(LightningModule):
             rows = split_to_count(rows, int(Ranks(self._trainer).max(torch.tensor(len(rows)))))
         return rows
 
-    def ppo_update(
-        self,
-        rollout: RolloutBatch,
-        techniques: list[Technique],
-        metrics: StepMetrics,
-        old: OldLogprobs,
-    ) -> None:
-        """The ``num_mini_batches`` optimizer steps on ``rollout``, each micro-batch's old log-probs
-        from ``old``; their scalars go to ``metrics``."""
-        optimizer, scheduler = self.optimizers(), self.lr_schedulers()
-        guard = divergence_guard_of(self.trainer)  # skips optimizer steps with a non-finite loss or grad norm
-        update = _Update(
-            rollout, techniques, metrics, policy_objective(self.loss_config.objective), self.mini_batches(rollout), old
-        )
-        for step, step_rows in enumerate(update.mini_batches):
-            self.report_phase("updating", step + 1, len(update.mini_batches))
-            # 1. The optimizer step's rows, and its loss denominators over all its micro-batches and ranks.
-            mini = rollout.select(step_rows)
-            denominators = self._loss_denominators(mini)
-            # 2. Loss and backward per micro-batch; the gradients add up (DDP all-reduces at the last one).
-            optimizer.zero_grad()
-            micro_rows = self.micro_batch_rows(mini)
-            for i, rows in enumerate(micro_rows):
-                last = i == len(micro_rows) - 1
-                loss = self._micro_step(
-                    update, mini.select(rows), step_rows[rows], denominators, first=(step == 0, i == 0), sync=last
-                )
-                guard.observe_loss(loss)
-            # 3. Clip, step (the guard drops a non-finite step and stops an exploding one), schedule.
-            grad_norm = self._clip_gradients(optimizer)
-            guard.before_optimizer_step(self.trainer, optimizer, grad_norm)
-            optimizer.step()
-            guard.after_optimizer_step(self.trainer, self.policy)
-            # The norm is the same on every rank (computed on the reduced gradient): a mean over ranks
-            # and optimizer steps is the mean over optimizer steps.
-            metrics.mean(names.GRAD_NORM, grad_norm if grad_norm is not None else engine_grad_norm(self._trainer), 1)
-            scheduler.step()
-            self.policy_version += 1
-        metrics.mean(names.LEARNING_RATE, optimizer.param_groups[0]["lr"], 1)  # the same on every rank
-
-    def _loss_denominators(self, mini: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The aggregation denominators of one optimizer step (all its micro-batches, all ranks) in one
-        all-reduce: the extra terms' over ``loss_mask``, the policy loss's over ``policy_loss_mask``
-        (the same unless a technique returned a ``policy_mask``)."""
-        cfg = self.loss_config
-        masks = (mini.loss_mask, mini.policy_loss_mask)
-        terms, policy = Ranks(self._trainer).sum(
-            torch.stack([aggregation_denominator(mask, cfg.aggregation, cfg.generation_budget) for mask in masks])
-        )
-        return terms, policy
-
-    def _micro_step(
-        self,
-        update: _Update,
-        micro: RolloutBatch,
-        rows: torch.Tensor,
-        denominators: tuple[torch.Tensor, torch.Tensor],
-        first: tuple[bool, bool],
-        sync: bool,
-    ) -> torch.Tensor:
-        """Forward, loss and backward of one micro-batch (``rows`` of the rollout); returns the loss.
-
-        ``first``: whether this is the first optimizer step and its first micro-batch, whose old
-        log-probs may come from this forward (``update.old``)."""
-        cfg, metrics, objective = self.loss_config, update.metrics, update.objective
-        terms_denominator, policy_denominator = denominators
-        begin_micro_batch(self._trainer)  # DeepSpeed: accumulate, not overwrite, this micro-batch's gradient
-        logprobs, entropy = self.score_responses(micro)
-        real, processed = forward_token_counts(
-            micro, pack=self.packs_prompts(), one_row=packs_into_one_row(self.policy)
-        )
-        metrics.mean(names.PADDING_EFFICIENCY, real, processed)
-        micro = replace(micro, old_logprobs=update.old.of_micro(micro, rows, logprobs, *first))
-        # The objective's mask is the policy loss's: GSPO's s_i averages over (and so sends its
-        # gradient to) exactly the tokens the policy loss keeps, and the statistics count them.
-        token_loss, objective_stats = objective.fn(
-            logprobs, micro.old_logprobs, micro.advantages, micro.policy_loss_mask, **objective_kwargs(cfg)
-        )
-        if micro.token_weights is not None:
-            token_loss = token_loss * micro.token_weights
-        policy_loss = aggregate_loss(token_loss, micro.policy_loss_mask, cfg.aggregation, policy_denominator)
-        loss = policy_loss
-        ctx = MiniBatchContext(
-            batch=micro,
-            logprobs=logprobs,
-            entropy=entropy,
-            metrics=metrics,
-            compute_logits=partial(self.forward_logits, micro),
-            rows=rows,
-        )
-        steps = len(update.mini_batches)  # each optimizer step's loss is a global mean: report their mean
-        for technique in update.techniques:
-            for name, term in technique.extra_loss_terms(self.trainer, self, ctx).items():
-                term_loss = aggregate_loss(term, micro.loss_mask, cfg.aggregation, terms_denominator)
-                loss = loss + term_loss
-                metrics.sum(f"loss/{name}", term_loss / steps)
-        # DDP and DeepSpeed average gradients over ranks; the loss is already a global mean.
-        with contextlib.nullcontext() if sync else self._no_gradient_sync():
-            self.manual_backward(loss * Ranks(self._trainer).world_size)
-        self._micro_stats(metrics, micro, entropy, logprobs, objective.prefix, objective_stats)
-        metrics.sum(names.POLICY_LOSS, policy_loss / steps)
-        if loss is not policy_loss:  # a technique added terms: the optimized loss differs from the surrogate
-            metrics.sum(names.TOTAL_LOSS, loss / steps)
-        return loss
-
-    @torch.no_grad()
-    def _micro_stats(
-        self,
-        metrics: StepMetrics,
-        micro: RolloutBatch,
-        entropy: torch.Tensor,
-        logprobs: torch.Tensor,
-        prefix: str,
-        objective_stats: dict[str, tuple[torch.Tensor, torch.Tensor]],
-    ) -> None:
-        """Token-weighted means over the step's loss tokens (all micro-batches, all ranks) and extrema;
-        the objective's own statistics (``clip/*`` for ppo_clip) as ``<prefix>/<name>``."""
-        mask = micro.loss_mask
-        n = mask.sum()
-        for name, (total, count) in objective_stats.items():
-            metrics.mean(f"{prefix}/{name}", total, count)
-        log_ratio = (logprobs - micro.old_logprobs) * mask
-        ratio = torch.exp(logprobs - micro.old_logprobs)
-        metrics.mean(names.ENTROPY, (entropy * mask).sum(), n)
-        # k3 estimator of KL(pi_old || pi_theta): E_old[(rho - 1) - log rho] (Schulman 2020), >= 0.
-        metrics.mean(names.APPROX_KL, (((ratio - 1) * mask) - log_ratio).sum(), n)
-        # A rank without loss tokens records -inf / +inf, so every rank records the same names.
-        real = ratio[mask > 0]
-        metrics.max(names.RATIO_MAX, real.max() if real.numel() else -math.inf)
-        metrics.min(names.RATIO_MIN, real.min() if real.numel() else math.inf)
-
-    def _clip_gradients(self, optimizer) -> torch.Tensor | None:
-        """Clip and return the pre-clip global norm; None under DeepSpeed, which clips inside
-        ``step()`` (config ``gradient_clipping`` = ``max_grad_norm``) and reports the norm after it."""
-        if deepspeed_engine(self._trainer) is not None:
-            return None
-        max_norm = self.hparams.max_grad_norm
-        params = [p for p in self.policy.parameters() if p.grad is not None]
-        return (
-            torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else math.inf)
-            .detach()
-            .float()
-            .cpu()
-        )
-
-    def _no_gradient_sync(self):
-        """DDP's ``no_sync`` through Lightning: this backward accumulates locally, no all-reduce.
-
-        DDP's reducer all-reduces the accumulated ``.grad`` at the next synced backward, so the
-        step's gradient is unchanged. A no-op for one process and for DeepSpeed (ZeRO reduces each
-        micro-batch's gradient partition itself; its ``no_sync`` refuses ZeRO-3).
-        """
-        strategy = self.trainer.strategy
-        if isinstance(
-            strategy.model, torch.nn.parallel.DistributedDataParallel
-        ):  # not DeepSpeed's engine: its no_sync refuses ZeRO-3
-            return strategy.block_backward_sync()
-        return contextlib.nullcontext()
-
 
 def _product(base: torch.Tensor | None, factors: list[torch.Tensor | None]) -> torch.Tensor | None:
     """``base`` times every factor that is not None (None stands for ones; all None gives ``base``)."""
@@ -743,30 +558,3 @@ def _product(base: torch.Tensor | None, factors: list[torch.Tensor | None]) -> t
         if factor is not None:
             base = factor.to(torch.float32) if base is None else base * factor.to(base.dtype)
     return base
-
-
-def _update_stats(scalars: dict[str, torch.Tensor]) -> UpdateStats:
-    value = lambda name: float(scalars.get(name, torch.zeros(())))  # noqa: E731
-    return UpdateStats(
-        policy_loss=value(names.POLICY_LOSS),
-        clip_fraction=value(names.CLIP_FRACTION),
-        clip_upper=value(names.CLIP_UPPER_POSITIVE),
-        clip_lower=value(names.CLIP_LOWER_NEGATIVE),
-        approx_kl=value(names.APPROX_KL),
-        entropy=value(names.ENTROPY),
-        grad_norm=value(names.GRAD_NORM),
-        learning_rate=value(names.LEARNING_RATE),
-        scalars=scalars,
-    )
-
-
-@dataclass(frozen=True)
-class _Update:
-    """What every micro-batch of one ``ppo_update`` shares."""
-
-    rollout: RolloutBatch
-    techniques: list[Technique]
-    metrics: StepMetrics
-    objective: PolicyObjective
-    mini_batches: list[torch.Tensor]
-    old: OldLogprobs
