@@ -17,18 +17,14 @@ from lite_ppo.models.adapter_checkpoint import BASE_KEY, adapter_state, base_ide
 from lite_ppo.models.lora import LoraSettings, is_lora_model
 from lite_ppo.ops import (
     MINI_BATCH_SPLITS,
-    entropy_from_logits,
-    logprobs_from_logits,
     mini_batch_rows,
     policy_objective,
-    split_to_count,
 )
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.step_metrics import StepMetrics
 from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.strategies.zero import (
     adamw_class,
-    deepspeed_strategy,
     hf_zero3_loading,
     set_gradient_clipping,
     zero3_inference_engine,
@@ -44,13 +40,7 @@ from lite_ppo.technique import (
     techniques_of,
 )
 from lite_ppo.training.old_logprobs import OLD_LOGPROB_SOURCES, OldLogprobs, choose_source
-from lite_ppo.training.policy_forward import (
-    packs_into_one_row,
-    plan_micro_batches,
-    response_logprobs,
-    supports_hidden_state_scoring,
-    trim_padding,
-)
+from lite_ppo.training.policy_scorer import PolicyScorer
 from lite_ppo.training.preflight import check_fit_settings
 from lite_ppo.training.resume import check_resume, format_differences, technique_differences, technique_settings
 from lite_ppo.training.rollout_source import NO_SOURCE, RolloutSource, ValidationRolloutSource
@@ -187,6 +177,7 @@ class LitePPO(LightningModule):
         self._warned_no_engine_logprobs = False
         self._hf_zero3_token = None  # keeps transformers' ZeRO-3 flag alive as long as the policy (configure_model)
         self._rollout_source: tuple[Any, RolloutSource] | None = None  # (the trainer it serves, the source)
+        self.scorer = PolicyScorer(self)  # forward passes over responses: the update's, old log-probs', techniques'
 
     # -- model -------------------------------------------------------------------------------------
     def use_rollout_source(self, source: RolloutSource) -> None:
@@ -432,24 +423,6 @@ class LitePPO(LightningModule):
         """
         return mini_batch_rows(rollout.group_ids.cpu(), self.hparams.num_mini_batches, self.hparams.mini_batch_split)
 
-    def forward_logits(self, batch: RolloutBatch, model: torch.nn.Module | None = None) -> torch.Tensor:
-        """Logits [b, R, V] predicting each response token, divided by the sampling temperature.
-
-        ``model`` defaults to the policy; techniques pass another one (a KL reference) so that both
-        see exactly the same positions and temperature.
-        """
-        width = batch.response_mask.shape[1]
-        # Left-padded prompts: positions count real tokens only, as generate() did.
-        position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
-        out = (model or self.policy)(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            position_ids=position_ids,
-            use_cache=False,
-            logits_to_keep=width + 1,
-        )
-        return out.logits[:, :-1].float() / batch.temperature
-
     def _old_logprobs(self, rollout: RolloutBatch, techniques: list[Technique]) -> OldLogprobs:
         """This step's old log-probs (``lite_ppo.training.old_logprobs``): ``model.old_logprobs``, or
         ``recompute`` when a technique needs them all before the update."""
@@ -465,91 +438,34 @@ class LitePPO(LightningModule):
             rollout,
             source,
             later_rows=torch.cat(self.mini_batches(rollout)[1:]) if self.hparams.num_mini_batches > 1 else None,
-            score=self._score_without_gradient,
+            score=self.scorer.score_without_gradient,
             global_sum=Ranks(self._trainer).sum,
             tolerance=self.hparams.engine_logprob_tolerance,
             metrics=self.step_metrics,
             warn=rank_zero_warn,
         )
 
-    @torch.no_grad()
-    def sequence_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
-        """log pi(o_t | x, o_<t) of the response tokens with the current policy, no gradient: [B, R]."""
-        return self._score_without_gradient(batch, with_entropy=False)[0]
-
-    @torch.no_grad()
-    def _score_without_gradient(
-        self, batch: RolloutBatch, with_entropy: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(logprobs, entropy or None)`` [B, R] with the current policy, no gradient, micro-batch by micro-batch."""
-        out = torch.zeros(batch.response_mask.shape, dtype=torch.float32, device=batch.response_mask.device)
-        entropy = torch.zeros_like(out) if with_entropy else None
-        for rows in self.micro_batch_rows(batch):
-            logprobs, micro_entropy = self.score_responses(batch.select(rows), with_entropy=with_entropy)
-            out[rows.to(out.device)] = logprobs
-            if entropy is not None:
-                entropy[rows.to(out.device)] = micro_entropy.float()
-        return out, entropy
+    # -- scoring (lite_ppo.training.policy_scorer; techniques call these) ------------------------------
+    def forward_logits(self, batch: RolloutBatch, model: torch.nn.Module | None = None) -> torch.Tensor:
+        """Logits [b, R, V] of each response token at the sampling temperature (:class:`PolicyScorer`)."""
+        return self.scorer.forward_logits(batch, model)
 
     def score_responses(
         self, batch: RolloutBatch, model: torch.nn.Module | None = None, with_entropy: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(logprobs, entropy)`` [b, R] of the response tokens at the sampling temperature, with
-        gradients when enabled, 0 off ``response_mask`` (entropy 0 when not ``with_entropy``).
+        """``(logprobs, entropy)`` [b, R] of the response tokens, gradients when enabled (:class:`PolicyScorer`)."""
+        return self.scorer.score_responses(batch, model, with_entropy)
 
-        Padding columns are trimmed first; with :meth:`uses_hidden_states`, groups are packed
-        (``pack_prompts``) and tokens scored chunk-wise from the final hidden states
-        (``lite_ppo.training.policy_forward``), else the model's full logits are used (:meth:`forward_logits`).
-        ``model`` defaults to the policy; techniques pass a reference model.
-        """
-        model = model or self.policy
-        trimmed = trim_padding(batch)
-        if self.uses_hidden_states(model):
-            chunk = self.hparams.logprob_chunk_size
-            pad_id = (
-                self.tokenizer.pad_token_id
-                if self.tokenizer is not None and self.tokenizer.pad_token_id is not None
-                else 0
-            )
-            logprobs, entropy = response_logprobs(
-                model,
-                trimmed,
-                pack=self.packs_prompts(model),
-                chunk_size=chunk,
-                with_entropy=with_entropy,
-                pad_token_id=pad_id,
-            )
-        else:
-            logits = self.forward_logits(trimmed, model)
-            logprobs = logprobs_from_logits(logits, trimmed.response_ids) * trimmed.response_mask
-            entropy = (
-                entropy_from_logits(logits) * trimmed.response_mask if with_entropy else torch.zeros_like(logprobs)
-            )
-        pad = batch.response_mask.shape[1] - trimmed.response_mask.shape[1]  # back to the batch's width
-        return torch.nn.functional.pad(logprobs, (0, pad)), torch.nn.functional.pad(entropy, (0, pad))
-
-    def uses_hidden_states(self, model: torch.nn.Module) -> bool:
-        """Whether tokens are scored from hidden states (chunked, packable): on unless
-        ``logprob_chunk_size`` is None, for models whose logits are a plain linear head."""
-        return self.hparams.logprob_chunk_size is not None and supports_hidden_state_scoring(model)
-
-    def packs_prompts(self, model: torch.nn.Module | None = None) -> bool:
-        return self.hparams.pack_prompts and self.uses_hidden_states(model or self.policy)
+    def sequence_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """log pi(o_t | x, o_<t) [B, R] with the current policy, no gradient (:class:`PolicyScorer`)."""
+        return self.scorer.sequence_logprobs(batch)
 
     def micro_batch_rows(self, batch: RolloutBatch) -> list[torch.Tensor]:
-        """Row indices of each forward pass over ``batch`` (``micro_batch_size`` or ``micro_batch_tokens``)."""
-        budget = self.hparams.micro_batch_tokens
-        rows = plan_micro_batches(
-            batch,
-            self.hparams.micro_batch_size,
-            budget,
-            pack=self.packs_prompts(),
-            one_row=packs_into_one_row(self.policy),
-        )
-        if budget is not None and deepspeed_strategy(self._trainer) is not None:
-            # ZeRO-3 gathers parameters in every forward, a collective: every rank runs as many passes.
-            rows = split_to_count(rows, int(Ranks(self._trainer).max(torch.tensor(len(rows)))))
-        return rows
+        """Row indices of each forward pass over ``batch`` (:class:`PolicyScorer`)."""
+        return self.scorer.micro_batch_rows(batch)
+
+    def packs_prompts(self, model: torch.nn.Module | None = None) -> bool:
+        return self.scorer.packs_prompts(model)
 
 
 def _product(base: torch.Tensor | None, factors: list[torch.Tensor | None]) -> torch.Tensor | None:
