@@ -3,7 +3,7 @@
 Without it, one NaN gradient (a too-large learning rate, an overflowing extra loss term) goes
 through ``optimizer.step()``, the weights become NaN, are written over ``last.ckpt``, and the run
 dies a step later inside generation. :class:`DivergenceGuard` is the callback the ``lite-ppo`` CLI
-adds by default; ``LitePPO.ppo_update`` asks it before every optimizer step:
+adds by default; the update (``lite_ppo.training.update.ppo_update``) asks it before every optimizer step:
 
 - **skip**: when the mini-batch loss (summed over its micro-batches) or the global gradient norm is
   not finite on any rank, the gradients are dropped (``zero_grad(set_to_none=True)``) and
