@@ -218,3 +218,19 @@ def test_moved_modules_import_from_their_old_path_with_a_warning():
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["ok", str(len(MOVED))]
     assert all(not (REPO / "src" / (old.replace(".", "/") + ".py")).exists() for old in MOVED)
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports at run time (package ``__init__`` files left out:
+    they re-export, and Python runs them before any of their modules anyway)."""
+    modules = _modules()
+    plain = {name for name, path in modules.items() if path.name != "__init__.py"}
+    return {name: (_imports(name, modules[name], set(modules)) & plain) - {name} for name in plain}
+
+
+def test_no_module_imports_itself_back():
+    """No import cycle between modules, function-level imports included (a lazy import that hides a
+    cycle is still one: data/synthetic.py and data/testbed.py had one)."""
+    graph = module_graph()
+    cycles = sorted(name for name in graph if name in _reachable(graph, name))
+    assert not cycles, f"modules on an import cycle: {cycles}"

@@ -23,39 +23,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from lite_ppo.data import testbed
+from lite_ppo.data.generated_item import GeneratedItem
 from lite_ppo.data.problem import Problem
 
 TIERS = ("easy", "medium", "hard")
 
 # easy: a + b with a, b in 1..99 (99 * 99) plus a - b with a >= b (99 * 100 / 2)
 EASY_CAPACITY = 99 * 99 + 99 * 100 // 2
-
-
-@dataclass(frozen=True)
-class GeneratedItem:
-    """What a template produces: the statement, its answer and how hard it is."""
-
-    text: str
-    answer: int
-    expression: str  # Python-evaluable, with the text's numbers in the text's order
-    kind: str  # "arithmetic" or "word"
-
-    @property
-    def operands(self) -> list[int]:
-        return [int(token) for token in _numbers(self.expression)]
-
-
-def _numbers(text: str) -> list[str]:
-    out, current = [], ""
-    for char in text:
-        if char.isdigit():
-            current += char
-        elif current:
-            out.append(current)
-            current = ""
-    return out + ([current] if current else [])
 
 
 def _arith(expression: str) -> GeneratedItem:
@@ -150,9 +126,7 @@ def family_generators(family: str) -> dict[str, Callable[[random.Random], Genera
     if family == "synthetic":
         return GENERATORS
     if family == "testbed":
-        from lite_ppo.data.testbed import GENERATORS as TESTBED  # lazy: testbed imports GeneratedItem from here
-
-        return TESTBED
+        return testbed.GENERATORS
     raise ValueError(f"unknown task family {family!r}; choose one of {', '.join(FAMILIES)}")
 
 
@@ -162,9 +136,7 @@ def family_capacity(family: str, tier: str) -> int | None:
         return None
     if family == "synthetic":
         return EASY_CAPACITY
-    from lite_ppo.data.testbed import EASY_CAPACITY as TESTBED_EASY
-
-    return TESTBED_EASY
+    return testbed.EASY_CAPACITY
 
 
 def family_stratum(family: str, tier: str, problem: Problem) -> tuple[object, int] | None:
@@ -178,9 +150,7 @@ def family_stratum(family: str, tier: str, problem: Problem) -> tuple[object, in
     """
     if family != "testbed":
         return None
-    from lite_ppo.data.testbed import stratum
-
-    return stratum(problem)
+    return testbed.stratum(problem)
 
 
 def generate(tier: str, rng: random.Random, family: str = "synthetic") -> GeneratedItem:

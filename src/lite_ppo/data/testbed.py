@@ -23,8 +23,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+from lite_ppo.data.generated_item import GeneratedItem
 from lite_ppo.data.problem import Problem
-from lite_ppo.data.synthetic import GeneratedItem
 
 __all__ = ["EASY_CAPACITY", "GENERATORS", "SIZES", "TIERS", "column_sum", "stratum"]
 
