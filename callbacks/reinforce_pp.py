@@ -14,7 +14,12 @@ from lite_ppo.callbacks.reference_policy import ReferencePolicy
 from lite_ppo.errors import UserError
 from lite_ppo.ops.advantages import weighted_mean_std
 from lite_ppo.ops.kl import KL_ESTIMATORS, kl_estimate
-from lite_ppo.ops.reinforce_pp import group_baseline_residuals, kl_shaped_returns, whitened
+from lite_ppo.ops.reinforce_pp import (
+    group_baseline_residuals,
+    kl_shaped_returns,
+    reinforce_pp_advantages,
+    whitened,
+)
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique
@@ -134,7 +139,10 @@ class ReinforcePlusPlus(Technique):
         # Already global: the same value on every rank, so the mean over ranks is the value.
         module.step_metrics.mean("reinforce_pp/return_mean", mean, 1)
         module.step_metrics.mean("reinforce_pp/return_std", std, 1)
-        return whitened(returns, weights, self.eps, stats=(mean, std)).to(torch.float32)
+        advantages = reinforce_pp_advantages(
+            batch.rewards, batch.group_ids, weights, self.group_baseline, self.eps, stats=(mean, std)
+        )
+        return advantages.to(torch.float32)
 
     def kl_shaped_advantages(
         self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, outcome: torch.Tensor
