@@ -17,9 +17,9 @@ model picks up in a few hundred steps; the bare answer ``\boxed{71}`` (every dig
 both operands and the carries) is not learned at all in that budget.
 
 The pre-training is deliberately short, so the model always writes the working and a boxed number
-but gets digits wrong part of the time: on held-out problems it is right about 30 % of the time
-sampled at temperature 1 and 48 % greedy, and about 80 % of the groups of 8 samples mix right and
-wrong answers. That is the signal a critic-free PPO needs: a few Lite PPO steps raise the
+but gets digits wrong part of the time, so that many groups of 8 samples mix right and wrong
+answers (the shipped weights' measured accuracy and mix: docs/benchmarks.md, "The smoke model").
+That is the signal a critic-free PPO needs: a few Lite PPO steps raise the
 training reward, and correctness-dependent techniques (dynamic sampling, group filtering) have
 something to act on.
 
