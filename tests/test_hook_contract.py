@@ -225,3 +225,27 @@ def test_on_phase_is_a_declared_hook_that_the_name_check_accepts():
 
     assert "on_phase" in TECHNIQUE_HOOKS
     check_hook_names([PhaseWatcher()])
+
+
+def test_the_hook_order_names_every_hook_once_with_its_arguments():
+    """HOOK_ORDER (the one telling of the step order) lists each hook of Technique once, with the
+    arguments its method takes."""
+    import inspect
+
+    from lite_ppo.technique import HOOK_ORDER
+
+    assert sorted(h.name for h in HOOK_ORDER) == sorted(TECHNIQUE_HOOKS)
+    for hook in HOOK_ORDER:
+        params = [p for p in inspect.signature(getattr(Technique, hook.name)).parameters if p != "self"]
+        assert hook.arguments == params, f"{hook.name}: the table says {hook.arguments}, the method takes {params}"
+
+
+def test_contributing_hook_table_is_the_generated_one():
+    from helpers.paths import REPO
+    from lite_ppo.technique import hook_table_markdown
+
+    page = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    marker = "<!-- generated: python -m lite_ppo.technique -->\n"
+    begin = page.index(marker) + len(marker)
+    end = page.index("\n\n", begin) + 1
+    assert page[begin:end] == hook_table_markdown(), "regenerate it: python -m lite_ppo.technique"

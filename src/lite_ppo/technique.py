@@ -9,24 +9,9 @@ techniques (``lite_ppo.callbacks``) use exactly this contract; a user's techniqu
 file does too. A method of a technique that looks like a hook but is not one (``on_advantage``)
 is refused before any weights load (:func:`check_hook_names`, in the module's ``setup``).
 
-Order within one training step::
-
-    rollout callback:  generate -> score ->  shape_rewards    (returns a reward term [B]; terms add up)
-                                          ->  on_rollout       (read-only: sees the shaped rewards)
-                                          ->  keep_groups      (returns a keep mask [B]; masks AND;
-                                                                dynamic sampling; refill loop)
-    module:            compute_advantages  (exactly one technique, the estimator: returns [B], or [B, R]
-                                        when its per_token_advantages is True)
-                       loss_mask           (returns a mask [B, R]; masks multiply; e.g. overlong filter)
-                       old log-probs ->    token_weights  (returns weights [B, R]; weights multiply;
-                                                           e.g. an importance-sampling correction)
-                                           ->    policy_mask    (returns a mask [B, R] of the tokens the
-                                                           policy loss is averaged over; masks multiply;
-                                                           e.g. the high-entropy tokens)
-                       then for every micro-batch of every mini-batch:
-                           extra_loss_terms (returns per-token terms [b, R], added to the loss)
-                       observe_old_logprobs (read-only: every old log-prob, e.g. drift diagnostics)
-                       on_update_end       (read-only: the final batch and the typed UpdateStats)
+Order within one training step: :data:`HOOK_ORDER`, the stages of ``LitePPO.training_step`` (1
+rollout, 2 advantages, 3 loss masks, 4 old log-probs, 5 update, 6 statistics) and the hooks each
+runs. CONTRIBUTING.md's hook table is generated from it (``python -m lite_ppo.technique``).
 
 Old log-probs: by default (``model.old_logprobs: reuse_first``) the first mini-batch takes its old
 log-probs from its own forward pass (the policy has not moved yet, so they are exact), and only the
@@ -272,6 +257,111 @@ class Technique(Callback):
         it on every callback that defines it (the console's progress bar shows the phase)."""
 
 
+@dataclass(frozen=True)
+class HookDoc:
+    """One row of the hook table: the hook with its arguments, when it runs (the stage of
+    ``LitePPO.training_step``), what it returns and what it is for."""
+
+    signature: str
+    runs: str
+    returns: str
+    use: str
+
+    @property
+    def name(self) -> str:
+        return self.signature.split("(", 1)[0]
+
+    @property
+    def arguments(self) -> list[str]:
+        return [a.strip() for a in self.signature.split("(", 1)[1].split(")", 1)[0].split(",") if a.strip()]
+
+
+# The hooks in the order they run in one training step: the one telling of the order (CONTRIBUTING's
+# table is generated from it, ``python -m lite_ppo.technique``, and tests/test_hook_contract.py compares).
+HOOK_ORDER: tuple[HookDoc, ...] = (
+    HookDoc(
+        "shape_rewards(trainer, module, batch, metrics) -> [B] or None",
+        "1 rollout: the rollout source, after scoring (every generation round, refills included)",
+        "a reward term; the terms of all techniques are added to the verifier's rewards",
+        "reward shaping (overlong penalty, length penalty)",
+    ),
+    HookDoc(
+        "on_rollout(trainer, module, batch)",
+        "1 rollout: after all shaping",
+        "nothing (read-only)",
+        "observing what was generated",
+    ),
+    HookDoc(
+        "keep_groups(trainer, module, batch) -> [B] or None",
+        "1 rollout: after `on_rollout`",
+        "a bool mask over whole groups; masks are ANDed",
+        "dynamic sampling; the callback refills the batch",
+    ),
+    HookDoc(
+        "compute_advantages(trainer, module, batch) -> [B]",
+        "2 advantages: exactly one technique",
+        "advantages",
+        "the advantage estimator (`AdvantageNormalization`)",
+    ),
+    HookDoc(
+        "loss_mask(trainer, module, batch, metrics) -> [B, R] or None",
+        "3 loss masks",
+        "a 0/1 mask; masks multiply into `batch.loss_mask`",
+        "overlong filtering",
+    ),
+    HookDoc(
+        "token_weights(trainer, module, batch, metrics) -> [B, R] or None",
+        "4 old log-probs: after them, before the first optimizer step",
+        "per-token weights of the surrogate; weights multiply",
+        "importance-sampling corrections, Clip-Cov",
+    ),
+    HookDoc(
+        "policy_mask(trainer, module, batch, metrics) -> [B, R] or None",
+        "4 old log-probs: after `token_weights`",
+        "a 0/1 mask of the tokens the policy loss is averaged over (they alone count in its denominator); "
+        "masks multiply",
+        "high-entropy tokens",
+    ),
+    HookDoc(
+        "configure_loss(config) -> dict",
+        "once, at fit start (before any step)",
+        "`PolicyLossConfig` fields",
+        "clip range, dual clip, loss aggregation, policy objective (GSPO)",
+    ),
+    HookDoc(
+        "extra_loss_terms(trainer, module, ctx) -> {name: [b, R]}",
+        "5 update: every micro-batch",
+        "per-token loss terms",
+        "KL loss, entropy bonus",
+    ),
+    HookDoc(
+        "observe_old_logprobs(trainer, module, batch, metrics)",
+        "6 statistics: after the update",
+        "nothing (read-only): every old log-prob",
+        "drift diagnostics",
+    ),
+    HookDoc(
+        "on_update_end(trainer, module, batch, stats)",
+        "6 statistics: the step's scalars reduced",
+        "nothing (read-only): the final batch, the typed `UpdateStats`",
+        "reading the update",
+    ),
+    HookDoc(
+        "on_phase(trainer, module)",
+        "any stage, whenever the step's phase changes (any callback that defines it)",
+        "nothing: `module.phase` is `(name, done, total)` or None",
+        "showing progress",
+    ),
+)
+
+
+def hook_table_markdown() -> str:
+    """CONTRIBUTING's hook table, from :data:`HOOK_ORDER`."""
+    rows = ["| hook | runs in stage | returns | typical use |", "| --- | --- | --- | --- |"]
+    rows += [f"| `{h.signature}` | {h.runs} | {h.returns} | {h.use} |" for h in HOOK_ORDER]
+    return "\n".join(rows) + "\n"
+
+
 TECHNIQUE_HOOKS = tuple(
     name
     for name, _ in inspect.getmembers(Technique, inspect.isfunction)
@@ -430,3 +520,7 @@ def _check_advantage_shape(config: PolicyLossConfig, owner: dict[str, str], tech
                 f"{config.objective!r} objective chosen by {owner.get('objective', 'the configuration')} takes one "
                 "advantage per response; keep one (or use gspo_token)"
             )
+
+
+if __name__ == "__main__":  # python -m lite_ppo.technique > table.md
+    print(hook_table_markdown(), end="")
