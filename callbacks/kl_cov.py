@@ -10,7 +10,7 @@ from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo import metric_names as names
-from lite_ppo.callbacks.clip_cov import ClipCov, loss_token_covariance
+from lite_ppo.callbacks.clip_cov import loss_token_covariance
 from lite_ppo.errors import UserError
 from lite_ppo.ops.covariance import kl_cov_mask, kl_cov_penalty
 from lite_ppo.rollout.batch import RolloutBatch
@@ -63,20 +63,14 @@ class KLCov(Technique):
         self.share, self.coef = float(share), float(coef)
         self.penalized: torch.Tensor | None = None  # [B, R] bool: this step's selection on this rank
 
-    @override
-    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        clip_cov = next((cb for cb in trainer.callbacks if isinstance(cb, ClipCov)), None)
-        if clip_cov is not None:
-            raise UserError(
-                "conflicting techniques: KLCov and ClipCov are alternative policy losses of Cui et al. 2025 "
-                "(both act on the high-covariance tokens); keep one"
-            )
+    conflicts_with = {
+        "ClipCov": "are alternative policy losses of Cui et al. 2025 (both act on the high-covariance tokens)"
+    }
 
     @override
-    def token_weights(
+    def before_update(
         self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
     ) -> None:
-        # Not a weight: the hook where every old log-prob is known before the first optimizer step.
         covariance, offset, tokens = loss_token_covariance(trainer, batch)
         selected = kl_cov_mask(covariance, self.share)
         n = int(tokens.sum())
@@ -87,14 +81,13 @@ class KLCov(Technique):
             metrics.max(names.KL_COV_THRESHOLD, covariance[selected].min())
         self.penalized = torch.zeros_like(tokens)
         self.penalized[tokens] = selected[mine].to(tokens.device)
-        return None
 
     @override
     def extra_loss_terms(
         self, trainer: Trainer, module: LightningModule, ctx: MiniBatchContext
     ) -> dict[str, torch.Tensor]:
         if self.penalized is None or ctx.rows is None:
-            raise RuntimeError("KLCov: no selection for this micro-batch (token_weights runs before the update)")
+            raise RuntimeError("KLCov: no selection for this micro-batch (before_update runs before the update)")
         penalized = self.penalized[ctx.rows.to(self.penalized.device)].to(ctx.logprobs.dtype)
         return {"kl_cov": kl_cov_penalty(ctx.logprobs, ctx.batch.old_logprobs, self.coef) * penalized}
 

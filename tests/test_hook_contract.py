@@ -249,3 +249,47 @@ def test_contributing_hook_table_is_the_generated_one():
     begin = page.index(marker) + len(marker)
     end = page.index("\n\n", begin) + 1
     assert page[begin:end] == hook_table_markdown(), "regenerate it: python -m lite_ppo.technique"
+
+
+def _module_members_used(path) -> set[str]:
+    """Every ``module.X`` / ``pl_module.X`` attribute a callback file reads or calls."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in ("module", "pl_module")
+    }
+
+
+def test_shipped_callbacks_use_only_the_declared_module_interface():
+    """The techniques (and the other shipped callbacks) touch the module only through PolicyModule;
+    they import nothing of lite_ppo.training.module."""
+    from helpers.paths import REPO
+    from lite_ppo.policy_module import MEMBERS
+
+    for path in sorted((REPO / "callbacks").glob("*.py")):
+        undeclared = _module_members_used(path) - MEMBERS
+        assert not undeclared, f"{path.name} uses module members PolicyModule does not declare: {sorted(undeclared)}"
+        assert "lite_ppo.training.module" not in path.read_text(encoding="utf-8"), path.name
+
+
+def test_the_check_sees_an_undeclared_member(tmp_path):
+    from lite_ppo.policy_module import MEMBERS
+
+    source = tmp_path / "mine.py"
+    source.write_text("def loss_mask(self, trainer, module, batch, metrics):\n    return module.loss_config\n")
+    assert _module_members_used(source) - MEMBERS == {"loss_config"}
+
+
+def test_lite_ppo_has_every_declared_member(tiny_model_path):
+    from lite_ppo import LitePPO
+    from lite_ppo.policy_module import MEMBERS, PolicyModule
+
+    module = LitePPO(model_path=tiny_model_path)
+    module.configure_model()
+    assert isinstance(module, PolicyModule)
+    assert not [name for name in sorted(MEMBERS) if not hasattr(module, name)]

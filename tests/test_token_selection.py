@@ -225,7 +225,7 @@ def test_kl_cov_penalizes_its_selection_in_every_micro_batch():
     b = hand_batch([3, 2, 3], [1.5, -1.0, 0.5], old_logprobs=old)
     technique = KLCov(share=0.25, coef=0.5)  # floor(0.25 * 8) = 2 tokens
     metrics = StepMetrics()
-    assert technique.token_weights(TRAINER, None, b, metrics) is None  # not a weight: the selection only
+    technique.before_update(TRAINER, None, b, metrics)  # read-only: the selection only
     tokens = b.loss_mask > 0
     adv = b.advantages.unsqueeze(-1).expand_as(tokens)[tokens].double()
     logp = b.old_logprobs[tokens].double()
@@ -281,12 +281,14 @@ def test_token_weights_are_refused_with_a_sequence_level_objective():
     build_loss_config(PolicyLossConfig(), [SequenceRatio(), HighEntropyTokens(), KLCov()])
 
 
-def test_clip_cov_and_kl_cov_refuse_each_other():
-    kl = KLCov()
-    with pytest.raises(UserError, match="KLCov and ClipCov") as info:
-        kl.setup(SimpleNamespace(callbacks=[ClipCov(), kl]), None, "fit")
-    assert "\n" not in str(info.value)
-    kl.setup(SimpleNamespace(callbacks=[HighEntropyTokens(), kl]), None, "fit")
+def test_clip_cov_and_kl_cov_refuse_each_other_in_either_order():
+    from lite_ppo.technique import refuse_conflicting_techniques
+
+    for techniques in ([ClipCov(), KLCov()], [KLCov(), ClipCov()]):
+        with pytest.raises(UserError, match="conflicting techniques: KLCov and ClipCov are alternative") as info:
+            refuse_conflicting_techniques(techniques)
+        assert "\n" not in str(info.value)
+    refuse_conflicting_techniques([HighEntropyTokens(), KLCov()])  # no conflict declared: nothing raised
 
 
 # -- through a real fit ----------------------------------------------------------------------------------

@@ -175,6 +175,9 @@ class Technique(Callback):
     #: Set True when two instances of the technique are meant to apply together (e.g. two masks of
     #: different rows); otherwise a technique given twice is refused at start with one line.
     repeatable: bool = False
+    #: Techniques that cannot run beside this one, by class name, each with the reason: a run with
+    #: both is refused at fit start with one line (:func:`refuse_conflicting_techniques`).
+    conflicts_with: dict[str, str] = {}
 
     # -- rollout callback ------------------------------------------------------------------------
     def shape_rewards(
@@ -225,6 +228,13 @@ class Technique(Callback):
         the diagnostics keep ``loss_mask``.
         """
         return None
+
+    def before_update(
+        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
+    ) -> None:
+        """After ``policy_mask``, before the first optimizer step (read-only): every old log-prob,
+        advantage, weight and mask of the batch is known; decide what the update needs (e.g. the
+        tokens a penalty will act on, read back in ``extra_loss_terms`` through ``ctx.rows``)."""
 
     def observe_old_logprobs(
         self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
@@ -323,6 +333,12 @@ HOOK_ORDER: tuple[HookDoc, ...] = (
         "high-entropy tokens",
     ),
     HookDoc(
+        "before_update(trainer, module, batch, metrics)",
+        "4 old log-probs: after `policy_mask`",
+        "nothing (read-only): every old log-prob, advantage, weight and mask known",
+        "choosing tokens for a penalty (KL-Cov)",
+    ),
+    HookDoc(
         "configure_loss(config) -> dict",
         "once, at fit start (before any step)",
         "`PolicyLossConfig` fields",
@@ -409,8 +425,10 @@ def overrides(technique: Technique, hook: str) -> bool:
 
 def needs_old_logprobs_up_front(technique: Technique) -> bool:
     """Whether ``technique`` reads every old log-prob (or old entropy) before the first optimizer
-    step: it overrides ``token_weights`` or ``policy_mask``, or sets ``needs_old_entropy``."""
-    return technique.needs_old_entropy or overrides(technique, "token_weights") or overrides(technique, "policy_mask")
+    step: it overrides ``token_weights``, ``policy_mask`` or ``before_update``, or sets ``needs_old_entropy``."""
+    return technique.needs_old_entropy or any(
+        overrides(technique, hook) for hook in ("token_weights", "policy_mask", "before_update")
+    )
 
 
 def refuse_repeated_techniques(classes: list[type]) -> None:
@@ -427,6 +445,15 @@ def refuse_repeated_techniques(classes: list[type]) -> None:
                     "settings you want (a later --config updates an earlier one's init_args)"
                 )
             seen.add(cls)
+
+
+def refuse_conflicting_techniques(techniques: list[Technique]) -> None:
+    """One line for two techniques that cannot run together (either one's ``conflicts_with``)."""
+    present = {type(t).__name__ for t in techniques}
+    for technique in techniques:
+        for other, why in technique.conflicts_with.items():
+            if other in present:
+                raise UserError(f"conflicting techniques: {type(technique).__name__} and {other} {why}; keep one")
 
 
 def advantage_estimator(techniques: list[Technique]) -> Technique:

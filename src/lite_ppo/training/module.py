@@ -36,6 +36,7 @@ from lite_ppo.technique import (
     build_loss_config,
     check_hook_names,
     needs_old_logprobs_up_front,
+    refuse_conflicting_techniques,
     refuse_repeated_techniques,
     techniques_of,
 )
@@ -212,6 +213,7 @@ class LitePPO(LightningModule):
             # fail here, naming the techniques, before the weights load.
             techniques = techniques_of(self.trainer)
             refuse_repeated_techniques([type(t) for t in techniques])
+            refuse_conflicting_techniques(techniques)
             check_hook_names(techniques)
             self._estimator = advantage_estimator(techniques)
 
@@ -362,6 +364,8 @@ class LitePPO(LightningModule):
             rollout = replace(rollout, token_weights=_product(rollout.token_weights, weights))
             selections = [t.policy_mask(self.trainer, self, rollout, metrics) for t in techniques]
             rollout = replace(rollout, policy_mask=_product(rollout.policy_mask, selections))
+            for technique in techniques:
+                technique.before_update(self.trainer, self, rollout, metrics)
         # 5. The update: num_mini_batches optimizer steps (lite_ppo.training.update).
         start = time.perf_counter()
         ppo_update(self, rollout, techniques, metrics, old)
