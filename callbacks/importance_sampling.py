@@ -6,9 +6,9 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
-from lite_ppo.callbacks.rollout import Rollout
 from lite_ppo.ops.drift import truncated_importance_weights
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.rollout.settings import RunSettings
 from lite_ppo.step_metrics import StepMetrics
 from lite_ppo.technique import Technique
 
@@ -49,12 +49,10 @@ class TruncatedImportanceSampling(Technique):
         self.cap = float(cap)
 
     @override
-    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        # Fail before the first (possibly long) generation when the engine cannot report log-probs.
-        for rollout in (cb for cb in trainer.callbacks if isinstance(cb, Rollout)):
-            engine = rollout.engine
-            if getattr(engine, "return_logprobs", None) is False or engine.shares_policy_weights:
-                raise ValueError(_no_logprobs_message(type(engine).__name__))
+    def configure_run(self, settings: RunSettings) -> None:
+        # Fail before any weights load when the engine cannot report log-probs.
+        if not settings.engine_logprobs:
+            raise ValueError(_no_logprobs_message(settings.engine))
 
     @override
     def token_weights(

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo.errors import UserError
 from lite_ppo.ops.aggregation import MODES
+from lite_ppo.rollout.settings import RunSettings
 from lite_ppo.technique import PolicyLossConfig, Technique
 
 
@@ -60,28 +60,20 @@ class LossAggregation(Technique):
         self.generation_budget = generation_budget
         self._budget: int | None = generation_budget
 
-    def resolve_budget(self, trainer: Trainer) -> int:
-        """L_max: ``generation_budget``, or the rollout callback's ``sampling.max_new_tokens``."""
-        if self.generation_budget is not None:
-            return self.generation_budget
-        sampling = next(
-            (cb.sampling for cb in (trainer.callbacks if trainer is not None else []) if hasattr(cb, "sampling")), None
-        )
-        if sampling is None:
-            raise UserError(
-                "LossAggregation(mode=seq-mean-token-sum-norm): generation_budget is null and no rollout "
-                "callback with `sampling` was found; set generation_budget"
-            )
-        return int(sampling.max_new_tokens)
-
     @override
-    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        # Callbacks' setup runs before the module's on_fit_start, which calls configure_loss.
-        if stage == "fit" and self.mode == "seq-mean-token-sum-norm":
-            self._budget = self.resolve_budget(trainer)
+    def configure_run(self, settings: RunSettings) -> None:
+        # L_max: generation_budget, or the rollout's max_new_tokens (before the module's
+        # on_fit_start, which calls configure_loss).
+        if self.generation_budget is None:
+            self._budget = settings.max_new_tokens
 
     @override
     def configure_loss(self, config: PolicyLossConfig) -> dict[str, Any]:
         if self.mode != "seq-mean-token-sum-norm":
             return {"aggregation": self.mode}
+        if self._budget is None:
+            raise UserError(
+                "LossAggregation(mode=seq-mean-token-sum-norm): generation_budget is null and the rollout "
+                "source gives no max_new_tokens; set generation_budget"
+            )
         return {"aggregation": self.mode, "generation_budget": self._budget}

@@ -8,6 +8,7 @@ from typing_extensions import override
 
 from lite_ppo.ops.overlong import overlong_penalty
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.rollout.settings import RunSettings
 from lite_ppo.step_metrics import StepMetrics
 from lite_ppo.technique import Technique
 
@@ -59,21 +60,16 @@ class OverlongRewardShaping(Technique):
         self.buffer_length = buffer_length
         self.buffer_fraction = buffer_fraction
         self.factor = factor
+        self._max_new_tokens: int | None = None  # the rollout's, from configure_run
 
-    def resolve(self, trainer: Trainer) -> tuple[int, int]:
-        """(L_max, L_buf), reading the rollout's ``max_new_tokens`` when ``max_length`` is None."""
-        max_length = self.max_length
+    def resolve(self, max_new_tokens: int | None) -> tuple[int, int]:
+        """(L_max, L_buf): ``max_length``, else the rollout's ``max_new_tokens``."""
+        max_length = self.max_length if self.max_length is not None else max_new_tokens
         if max_length is None:
-            sampling = next(
-                (cb.sampling for cb in (trainer.callbacks if trainer is not None else []) if hasattr(cb, "sampling")),
-                None,
+            raise ValueError(
+                "OverlongRewardShaping.max_length is null and the rollout source gives no max_new_tokens; "
+                "set max_length"
             )
-            if sampling is None:
-                raise ValueError(
-                    "OverlongRewardShaping.max_length is null and no rollout "
-                    "callback with `sampling` was found; set max_length"
-                )
-            max_length = sampling.max_new_tokens
         buffer_length = (
             self.buffer_length if self.buffer_length is not None else max(1, round(self.buffer_fraction * max_length))
         )
@@ -82,14 +78,15 @@ class OverlongRewardShaping(Technique):
         return max_length, buffer_length
 
     @override
-    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.resolve(trainer)  # fail at start, with the message, on an inconsistent configuration
+    def configure_run(self, settings: RunSettings) -> None:
+        self._max_new_tokens = settings.max_new_tokens
+        self.resolve(self._max_new_tokens)  # fail at start, with the message, on an inconsistent configuration
 
     @override
     def shape_rewards(
         self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
     ) -> torch.Tensor:
-        max_length, buffer_length = self.resolve(trainer)
+        max_length, buffer_length = self.resolve(self._max_new_tokens)
         penalty = overlong_penalty(batch.response_lengths, max_length, buffer_length, self.factor).to(
             batch.rewards.device
         )

@@ -25,6 +25,7 @@ from lite_ppo.rewards import MathVerifyReward
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.engine import RolloutEngine, SamplingConfig
 from lite_ppo.rollout.producer import RolloutProducer
+from lite_ppo.rollout.settings import RunSettings
 from lite_ppo.technique import techniques_of
 
 
@@ -131,6 +132,13 @@ class Rollout(Callback):
     @property
     def overlong_prompts(self) -> str:
         return self.producer.overlong_prompts
+
+    @property
+    def settings(self) -> RunSettings:
+        """What this run generates with, handed to every technique at fit start (``configure_run``)."""
+        engine = self.engine
+        reports = getattr(engine, "return_logprobs", None) is not False and not engine.shares_policy_weights
+        return RunSettings(self.sampling, self.eval_sampling, type(engine).__name__, reports)
 
     # -- Lightning hooks ---------------------------------------------------------------------------
     @override

@@ -4,8 +4,6 @@ real training step whose logged loss is the equation of docs/method.md ("Dr. GRP
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -14,6 +12,7 @@ from lite_ppo.callbacks import AdvantageNormalization, LossAggregation, Overlong
 from lite_ppo.errors import UserError
 from lite_ppo.ops import aggregate_loss, aggregation_denominator, clipped_surrogate
 from lite_ppo.rollout.engine import SamplingConfig
+from lite_ppo.rollout.settings import RunSettings
 from lite_ppo.technique import PolicyLossConfig, build_loss_config
 
 # Four responses of 3, 1, 0 (fully masked) and 4 loss tokens; advantages of both signs.
@@ -81,18 +80,18 @@ def test_budget_is_required():
 
 
 def test_loss_aggregation_reads_the_budget_from_the_rollout_at_fit_start():
-    trainer = SimpleNamespace(callbacks=[SimpleNamespace(sampling=SamplingConfig(n=2, max_new_tokens=48))])
+    settings = RunSettings(SamplingConfig(n=2, max_new_tokens=48), SamplingConfig(n=1), "HFEngine", False)
     technique = LossAggregation("seq-mean-token-sum-norm")
-    technique.setup(trainer, None, "fit")
+    technique.configure_run(settings)
     cfg = build_loss_config(PolicyLossConfig(), [technique])
     assert (cfg.aggregation, cfg.generation_budget) == ("seq-mean-token-sum-norm", 48)
     explicit = LossAggregation("seq-mean-token-sum-norm", generation_budget=100)
-    explicit.setup(trainer, None, "fit")
+    explicit.configure_run(settings)
     assert build_loss_config(PolicyLossConfig(), [explicit]).generation_budget == 100
     # The other modes set the aggregation only.
     assert build_loss_config(PolicyLossConfig(), [LossAggregation("seq-mean-token-sum")]).generation_budget is None
-    with pytest.raises(UserError, match="no rollout callback"):
-        LossAggregation("seq-mean-token-sum-norm").setup(SimpleNamespace(callbacks=[]), None, "fit")
+    with pytest.raises(UserError, match="generation_budget is null and the rollout source gives no max_new_tokens"):
+        build_loss_config(PolicyLossConfig(), [LossAggregation("seq-mean-token-sum-norm")])  # no settings handed
 
 
 def test_loss_aggregation_rejects_bad_settings_in_one_line():

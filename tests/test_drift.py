@@ -4,7 +4,6 @@ hand, the two techniques on constructed batches, and the weights inside a real P
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -176,9 +175,8 @@ def test_importance_sampling_without_engine_logprobs_is_a_clear_error():
             module.trainer, module, _batch_with_logprobs(engine=None), StepMetrics()
         )
     # ...and at fit start already, when the configured engine is known to report none
-    trainer = SimpleNamespace(callbacks=[Rollout(engine=HFEngine())])
     with pytest.raises(ValueError, match="HFEngine reports none"):
-        TruncatedImportanceSampling().on_fit_start(trainer, None)
+        TruncatedImportanceSampling().configure_run(Rollout(engine=HFEngine()).settings)
 
 
 # -- inside a real PPO update ---------------------------------------------------------------------------

@@ -122,7 +122,7 @@ LAYERS = [
     {"lite_ppo", "lite_ppo.strategies", "lite_ppo.rewards", "lite_ppo.data", "lite_ppo.config_merge"},
     {"lite_ppo.models", "lite_ppo.step_metrics", "lite_ppo.reliability"},
     {"lite_ppo.rollout", "lite_ppo.checkpoints"},
-    {"lite_ppo.technique"},
+    {"lite_ppo.technique", "lite_ppo.policy_module"},
     {"lite_ppo.training"},
     {"lite_ppo.evaluation", "lite_ppo.research"},
     {"lite_ppo.callbacks"},

@@ -32,6 +32,7 @@ from lite_ppo.ops.kl import kl_estimate
 from lite_ppo.ops.overlong import overlong_penalty
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.engine import SamplingConfig
+from lite_ppo.rollout.settings import RunSettings
 from lite_ppo.step_metrics import StepMetrics
 from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import MiniBatchContext, PolicyLossConfig, Technique, advantage_estimator, build_loss_config
@@ -150,13 +151,13 @@ def test_overlong_penalty_is_non_increasing_and_bounded(max_length, buffer, leng
 
 
 def test_overlong_shaping_reads_max_length_from_the_rollout_and_edits_rewards():
-    trainer = SimpleNamespace(
-        world_size=1, global_rank=0, callbacks=[SimpleNamespace(sampling=SamplingConfig(n=2, max_new_tokens=10))]
-    )
+    trainer = SimpleNamespace(world_size=1, global_rank=0, callbacks=[])
+    settings = RunSettings(SamplingConfig(n=2, max_new_tokens=10), SamplingConfig(n=1), "HFEngine", False)
     module = CaptureModule(trainer)
     batch = make_batch([1.0, 0.0, 1.0, 0.0], [0, 0, 1, 1], [3, 8, 9, 10], truncated=[False, False, False, True])
     shaping = OverlongRewardShaping(buffer_length=4, factor=0.5)  # penalty from L = 6: (6 - L) / 4
-    assert shaping.resolve(trainer) == (10, 4)
+    shaping.configure_run(settings)  # max_length from the rollout's max_new_tokens
+    assert shaping.resolve(10) == (10, 4)
     metrics = StepMetrics()
     term = shaping.shape_rewards(trainer, module, batch, metrics)
     torch.testing.assert_close(batch.rewards + term, torch.tensor([1.0, 0.0 - 0.5 * 0.5, 1.0 - 0.5 * 0.75, 0.0 - 0.5]))
@@ -165,11 +166,11 @@ def test_overlong_shaping_reads_max_length_from_the_rollout_and_edits_rewards():
     assert float(logged["overlong_shaping/penalized_share"]) == pytest.approx(0.75)
     assert float(logged["overlong_shaping/penalty_mean"]) == pytest.approx(-(0.25 + 0.375 + 0.5) / 4)
     # buffer from the fraction: round(0.2 * 10) = 2
-    assert OverlongRewardShaping().resolve(trainer) == (10, 2)
+    assert OverlongRewardShaping().resolve(10) == (10, 2)
     with pytest.raises(ValueError, match="exceeds"):
-        OverlongRewardShaping(buffer_length=11).resolve(trainer)
+        OverlongRewardShaping(buffer_length=11).configure_run(settings)
     with pytest.raises(ValueError, match="max_length is null"):
-        OverlongRewardShaping().resolve(SimpleNamespace(callbacks=[]))
+        OverlongRewardShaping().resolve(None)
 
 
 # -- overlong filtering --------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from lightning.pytorch import Callback
 from lite_ppo.errors import UserError
 from lite_ppo.ops.policy_objectives import POLICY_OBJECTIVES, policy_objective
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.rollout.settings import RunSettings
 from lite_ppo.step_metrics import StepMetrics
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -179,6 +180,12 @@ class Technique(Callback):
     #: both is refused at fit start with one line (:func:`refuse_conflicting_techniques`).
     conflicts_with: dict[str, str] = {}
 
+    # -- fit start -------------------------------------------------------------------------------
+    def configure_run(self, settings: RunSettings) -> None:
+        """Once, at fit setup, before any weights load: the run's rollout settings (sampling, the
+        generation budget, the engine; :class:`~lite_ppo.rollout.settings.RunSettings`). Check what
+        the technique needs of them here (an error then stops the run before it starts)."""
+
     # -- rollout callback ------------------------------------------------------------------------
     def shape_rewards(
         self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
@@ -289,6 +296,12 @@ class HookDoc:
 # The hooks in the order they run in one training step: the one telling of the order (CONTRIBUTING's
 # table is generated from it, ``python -m lite_ppo.technique``, and tests/test_hook_contract.py compares).
 HOOK_ORDER: tuple[HookDoc, ...] = (
+    HookDoc(
+        "configure_run(settings)",
+        "once, at fit setup (before any weights load)",
+        "nothing: the run's `RunSettings` (sampling, generation budget, engine) to check and keep",
+        "a generation budget (Dr. GRPO), an overlong limit, an engine requirement",
+    ),
     HookDoc(
         "shape_rewards(trainer, module, batch, metrics) -> [B] or None",
         "1 rollout: the rollout source, after scoring (every generation round, refills included)",

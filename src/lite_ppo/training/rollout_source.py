@@ -5,6 +5,10 @@ and teardown in callback hooks); this is the one declared hand-off. The callback
 its ``setup`` hook (:meth:`LitePPO.use_rollout_source`), and the module's ``training_step`` asks it
 for the step's batch as stage 1. A fit without a source stops at start with a one-line error.
 
+A source may also carry ``settings`` (a :class:`~lite_ppo.rollout.settings.RunSettings`): the module
+hands them to every technique at setup (``Technique.configure_run``), so no technique looks for the
+rollout callback itself.
+
 A test or a benchmark that trains on fixed batches registers its own source the same way::
 
     class GivenRollouts(Callback):
