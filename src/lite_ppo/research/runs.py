@@ -24,13 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lite_ppo.errors import UserError
+from lite_ppo.research.run_folder import RunDir
 
 __all__ = ["Run", "RunGroup", "find_runs", "group_runs", "is_run_dir"]
 
-CONFIG_FILE = "config.yaml"
 _SEED_DIR = re.compile(r"^seed(-?\d+)(?:-\d+)?$")
 # Config entries that say where things go or who ran it, not what was run.
 _IGNORED_TOP = {"seed_everything", "run_record", "config", "ckpt_path", "console"}
@@ -123,22 +121,12 @@ class RunGroup:
         return [r.seed for r in self.runs]
 
 
-def is_run_dir(path: Path) -> bool:
-    return path.is_dir() and (any(path.glob("*tfevents*")) or (path / "run.json").is_file())
+is_run_dir = RunDir.is_run  # the one definition (lite_ppo.research.run_folder)
 
 
 def load_run(path: Path) -> Run:
-    from lite_ppo.research.run_record import read_run_record  # imports Lightning: only when runs are read
-
-    config = None
-    config_path = path / CONFIG_FILE
-    if config_path.is_file():
-        try:
-            loaded = yaml.safe_load(config_path.read_text())
-            config = loaded if isinstance(loaded, dict) else None
-        except yaml.YAMLError:
-            config = None
-    return Run(path=path, record=read_run_record(path), config=config)
+    folder = RunDir(path)
+    return Run(path=path, record=folder.record, config=folder.config)
 
 
 def find_runs(patterns: list[str]) -> list[Run]:
@@ -148,14 +136,8 @@ def find_runs(patterns: list[str]) -> list[Run]:
     for pattern in patterns:
         # An existing path is taken literally (it may hold glob characters such as "[").
         matches = [pattern] if Path(pattern).exists() else sorted(glob.glob(pattern, recursive=True))
-        hits = []
-        for match in map(Path, matches):
-            if is_run_dir(match):
-                hits.append(match)
-            elif match.is_dir():
-                below = {p.parent for p in match.rglob("*tfevents*")} | {p.parent for p in match.rglob("run.json")}
-                # A run's own subfolders (the logs of `validate`/`test` of its checkpoints) are not runs.
-                hits.extend(sorted(p for p in below if not any(parent in below for parent in p.parents)))
+        # A folder that is not a run stands for the runs below it (not their validate/test subfolders).
+        hits = [run.path for match in map(Path, matches) for run in RunDir.below(match)]
         if not hits:
             raise UserError(f"{pattern}: no run directory (a folder with TensorBoard event files or run.json) matches")
         for hit in hits:

@@ -48,6 +48,7 @@ from pathlib import Path
 
 from lite_ppo.errors import OneLineParser, UserError
 from lite_ppo.research.grid import GridPoint, expand_grid
+from lite_ppo.research.run_folder import RunDir
 from lite_ppo.research.slurm import emit_slurm
 
 __all__ = ["find_point_runs", "main", "run_sweep"]
@@ -66,16 +67,11 @@ class SweepInterrupted(Exception):
 
 def find_point_runs(point: GridPoint, out: Path) -> list[Path]:
     """The run directories this point already produced (any status), oldest first."""
-    from lite_ppo.research.run_record import read_run_record  # imports Lightning: not for --help
-
-    root = point.save_dir(out)
-    if not root.is_dir():
-        return []
     found = []
-    for record_path in root.rglob("run.json"):
-        record = read_run_record(record_path.parent)
+    for run in RunDir.below(point.save_dir(out)):
+        record = run.record
         if record and record.get("sweep_key") == point.sweep_key:
-            found.append((str(record.get("started") or ""), record_path.parent))
+            found.append((str(record.get("started") or ""), run.path))
     return [path for _, path in sorted(found)]
 
 
