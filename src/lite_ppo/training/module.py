@@ -208,18 +208,18 @@ class LitePPO(LightningModule):
         # yet (lite_ppo.training.preflight says what is checked).
         self.rollout_source  # noqa: B018  (a run without a rollout callback stops here, not at step 1)
         if stage == "fit":
-            # The technique list is known now: a misspelt hook, a repeated or conflicting technique
-            # fail here, naming them, before the weights load.
             techniques = techniques_of(self.trainer)
-            check_hook_names(techniques)
-            refuse_repeated_techniques([type(t) for t in techniques])
-            refuse_conflicting_techniques(techniques)
             # The rollout settings, resolved once by their owner and handed to every technique.
             settings = getattr(self.rollout_source, "settings", None)  # a test's fixed batches have none
             if settings is not None:
                 for technique in techniques:
                     technique.configure_run(settings)
             check_fit_settings(self.trainer, self)
+            # A misspelt hook, a repeated or conflicting technique, no / two advantage estimators
+            # fail here, naming the techniques, before the weights load.
+            refuse_repeated_techniques([type(t) for t in techniques])
+            refuse_conflicting_techniques(techniques)
+            check_hook_names(techniques)
             self._estimator = advantage_estimator(techniques)
 
     def configure_model(self) -> None:
