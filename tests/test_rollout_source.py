@@ -5,6 +5,7 @@ batch is the source's, and validation's is returned as the step's outputs."""
 from __future__ import annotations
 
 import pytest
+import torch
 from lightning.pytorch import Trainer
 from torch.utils.data import DataLoader
 
@@ -73,4 +74,7 @@ def test_the_step_trains_on_the_sources_batch_and_returns_it_updated(tiny_model_
     (given,), (out,) = source.given, source.outputs
     assert given.advantages is None and out.advantages is not None  # stage 2 ran on the source's batch
     assert out.input_ids is given.input_ids and out.rewards is given.rewards  # the same responses, not a copy
-    assert out.old_logprobs.abs().sum() > 0
+    # One mini-batch, reuse_first: the old log-probs are the start policy's (a second copy scores them).
+    reference = LitePPO(model_path=tiny_model_path, num_mini_batches=1, micro_batch_size=4)
+    reference.configure_model()
+    torch.testing.assert_close(out.old_logprobs, reference.sequence_logprobs(given), atol=1e-5, rtol=1e-5)

@@ -44,7 +44,7 @@ def ppo_update(
     optimizer, scheduler = module.optimizers(), module.lr_schedulers()
     guard = divergence_guard_of(module.trainer)  # skips optimizer steps with a non-finite loss or grad norm
     update = _Update(
-        rollout, techniques, metrics, policy_objective(module.loss_config.objective), module.mini_batches(rollout), old
+        techniques, metrics, policy_objective(module.loss_config.objective), module.mini_batches(rollout), old
     )
     for step, step_rows in enumerate(update.mini_batches):
         module.report_phase("updating", step + 1, len(update.mini_batches))
@@ -169,7 +169,6 @@ def _no_gradient_sync(module: LitePPO):
 class _Update:
     """What every micro-batch of one ``ppo_update`` shares."""
 
-    rollout: RolloutBatch
     techniques: list[Technique]
     metrics: StepMetrics
     objective: PolicyObjective
