@@ -490,6 +490,20 @@ def test_data_list_shows_origin_license_and_presence(capsys):
     assert "shipped + missing" in lines["paper:hard"]
 
 
+def test_data_list_shows_the_generated_tiers(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli(["data", "list"])
+    assert exit_info.value.code == 0
+    names = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.split()}
+    for family in ("synthetic", "testbed"):
+        for tier in ("easy", "medium", "hard"):
+            assert "generated" in names[f"{family}:{tier}"]
+    # the easy tiers are finite: the row says how many distinct problems there are
+    from lite_ppo.data.testbed import EASY_CAPACITY
+
+    assert f"{EASY_CAPACITY} distinct" in names["testbed:easy"]
+
+
 def test_data_fetch_reports_shipped_and_fails_in_one_line_without_the_hub(capsys, monkeypatch):
     def no_network(source, part):
         raise ConnectionError(f"Couldn't reach '{source.repo}' on the Hub")

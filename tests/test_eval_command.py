@@ -427,3 +427,58 @@ def test_the_commands_bad_input_is_one_line(tmp_path, monkeypatch, capsys, argv,
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"lite-ppo {argv[0]}: error: ") and expected in err[0], err
+
+
+def test_evaluate_scores_a_testbed_model_on_the_held_out_split_its_run_evaluates(tmp_path):
+    """`--benchmarks testbed` = the held-out problems a testbed run holds out (heldout_seed 0): the same
+    ids and, greedy, the same verdicts as the run's own validation writes to heldout/step_0.json."""
+    import subprocess
+    import sys
+
+    val_size = 16
+    configs = ["--config", str(REPO / "configs/models/testbed_base.yaml")]
+    recipe = ["--config", str(REPO / "configs/recipes/lite_ppo.yaml")]
+    validate = [
+        sys.executable,
+        "-m",
+        "lite_ppo.cli",
+        "validate",
+        *recipe,
+        *configs,
+        f"--data.val_size={val_size}",
+        "--data.seed=5",
+        "--limit",
+        "1",
+    ]
+    validate += ["--trainer.logger.init_args.save_dir", str(tmp_path / "run")]
+    done = subprocess.run(validate, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (held_file,) = (tmp_path / "run").rglob("heldout/step_0.json")
+    run_verdicts = {p["id"]: p["correct"] for p in json.loads(held_file.read_text())["problems"]}
+    assert len(run_verdicts) == 3 * val_size
+
+    _evaluate("--model", "builtin:testbed-base", *configs, "--benchmarks", "testbed", "--limit", str(val_size),
+              "--out", str(tmp_path / "o"))  # fmt: skip
+    metrics, records, _ = _read(tmp_path / "o")
+    assert {r["benchmark"] for r in records} == {"testbed-easy", "testbed-medium", "testbed-hard"}
+    assert {r["id"]: r["correct"] for r in records} == run_verdicts
+    hard = [r["correct"] for r in records if r["benchmark"] == "testbed-hard"]
+    assert metrics["benchmarks"]["testbed-hard"]["accuracy"] == pytest.approx(sum(hard) / len(hard))
+    assert metrics["averaged"] == [] and metrics["average"] == {}  # generated tiers stay out of the paper's average
+
+
+@pytest.mark.parametrize(
+    ("benchmarks", "expected"),
+    [
+        ("testbed:huge", "unknown testbed tier 'huge'; use one of testbed:easy, testbed:medium, testbed:hard"),
+        ("synthetic:hard,math5000", "unknown benchmark 'math5000' (did you mean 'math500'?)"),
+    ],
+)
+def test_a_bad_generated_benchmark_is_one_line(tmp_path, monkeypatch, capsys, benchmarks, expected):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", "--model", "builtin:testbed-base", "--benchmarks", benchmarks, "--out", "o"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err
+    assert not (tmp_path / "o").exists()

@@ -7,6 +7,10 @@ counts in the paper's average. The built-in benchmarks are registered datasets
 by name from the Hugging Face Hub (``lite-ppo data fetch NAME``) into the user cache. A data folder
 (``--data-dir`` on the command, ``data_dir:`` in YAML, or ``$LITE_PPO_EVAL_DIR``) holding files
 named like the registry's (``aime24.jsonl``) wins over both; a custom benchmark names its own file.
+A generated tier (``testbed:hard``, ``synthetic:easy``; ``testbed`` / ``synthetic`` for all three) is
+the held-out split a training run on that tier evaluates: the first ``limit`` problems (default
+:data:`GENERATED_SIZE`) of its held-out stream under ``heldout_seed`` (default 0, the testbed configs'),
+so ``lite-ppo evaluate`` scores a checkpoint on exactly the problems its run held out.
 
 :data:`DEFAULT_BENCHMARKS` lists the paper's six benchmarks (their unweighted mean is the paper's
 "average"; ``paper`` is their alias) plus GSM8K test, which is reported but kept out of the
@@ -32,12 +36,23 @@ from typing import Any
 
 from lite_ppo.data import registry
 from lite_ppo.data.jsonl import load_problems
+from lite_ppo.data.pools import FAMILY_PREFIXES, SyntheticPool
 from lite_ppo.data.problem import Problem
+from lite_ppo.data.synthetic import TIERS
 from lite_ppo.errors import UserError
 
 ENV_DATA_DIR = "LITE_PPO_EVAL_DIR"
 RESERVED_NAMES = ("average", "weighted_average")
 _NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
+# A generated tier's default size and held-out seed: the testbed configs' val_size and heldout_seed.
+GENERATED_SIZE = 700
+GENERATED_HELDOUT_SEED = 0
+GENERATED_ALIASES = {family.rstrip(":"): [f"{family}{tier}" for tier in TIERS] for family in FAMILY_PREFIXES}
+
+
+def is_generated(file: str) -> bool:
+    """Whether a benchmark ``file`` names a generated tier (``testbed:hard``) rather than a file."""
+    return any(file.startswith(prefix) for prefix in FAMILY_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -53,6 +68,8 @@ class BenchmarkSpec:
         in_average: counts in the ``average`` / ``weighted_average`` rows.
         dataset: the registered dataset (``lite-ppo data list``) whose rows these are; its
             shipped or cached copy is used unless the data folder holds ``file``.
+        heldout_seed: for a generated tier (``file: testbed:hard``): the seed of its held-out split
+            (a training run's ``data.heldout_seed``); the size is ``limit`` (default 700).
 
     Example:
         >>> BenchmarkSpec("math500", "math500.jsonl", title="MATH-500", limit=100).display
@@ -65,6 +82,7 @@ class BenchmarkSpec:
     limit: int | None = None
     in_average: bool = True
     dataset: str | None = None
+    heldout_seed: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -81,6 +99,22 @@ class BenchmarkSpec:
             raise UserError(
                 f"benchmark {self.name!r}: unknown dataset {self.dataset!r}; known: {', '.join(registry.DATASETS)}"
             )
+        if is_generated(self.file):
+            family, _, tier = self.file.partition(":")
+            if tier not in TIERS:
+                raise UserError(
+                    f"benchmark {self.name!r}: unknown {family} tier {tier!r}; use one of "
+                    f"{', '.join(f'{family}:{t}' for t in TIERS)}"
+                )
+            if self.dataset is not None:
+                raise UserError(f"benchmark {self.name!r}: a generated tier ({self.file}) takes no 'dataset'")
+        if self.heldout_seed is not None and (
+            not is_generated(self.file) or isinstance(self.heldout_seed, bool) or not isinstance(self.heldout_seed, int)
+        ):
+            raise UserError(
+                f"benchmark {self.name!r}: 'heldout_seed' must be an integer and applies only to a generated tier "
+                f"(file: testbed:<tier> or synthetic:<tier>), got {self.heldout_seed!r}"
+            )
 
     @property
     def display(self) -> str:
@@ -93,6 +127,24 @@ DEFAULT_BENCHMARKS: tuple[BenchmarkSpec, ...] = tuple(
     if d.role == "eval"
 )
 _BY_NAME = {spec.name: spec for spec in DEFAULT_BENCHMARKS}
+
+
+def generated_spec(file: str) -> BenchmarkSpec:
+    """The benchmark of a generated tier's held-out split, named ``<family>-<tier>``.
+
+    Example:
+        >>> spec = generated_spec("testbed:hard")
+        >>> spec.name, spec.heldout_seed, spec.in_average
+        ('testbed-hard', 0, False)
+    """
+    family, _, tier = file.partition(":")
+    return BenchmarkSpec(
+        f"{family}-{tier}",
+        file,
+        title=f"{family} {tier} (held out)",
+        in_average=False,
+        heldout_seed=GENERATED_HELDOUT_SEED,
+    )
 
 
 def spec_from_mapping(entry: Any, where: str) -> BenchmarkSpec:
@@ -108,11 +160,16 @@ def spec_from_mapping(entry: Any, where: str) -> BenchmarkSpec:
         'aime24.jsonl'
     """
     if isinstance(entry, str):
+        if is_generated(entry):
+            try:
+                return generated_spec(entry)
+            except UserError as error:
+                raise UserError(f"{where}: {error}") from None
         if entry not in _BY_NAME:
             close = difflib.get_close_matches(entry, list(_BY_NAME), n=1)
             raise UserError(
                 f"{where}: unknown benchmark {entry!r}{f' (did you mean {close[0]!r}?)' if close else ''}; known: "
-                f"{', '.join(_BY_NAME)} (or give a mapping with name and file)"
+                f"{', '.join(_BY_NAME)}, testbed:<tier>, synthetic:<tier> (or give a mapping with name and file)"
             )
         return _BY_NAME[entry]
     if not isinstance(entry, Mapping):
@@ -128,6 +185,9 @@ def spec_from_mapping(entry: Any, where: str) -> BenchmarkSpec:
     if "file" not in values and values.get("name") in _BY_NAME:
         base = _BY_NAME[values["name"]]
         values = {**{f.name: getattr(base, f.name) for f in fields(BenchmarkSpec)}, **values}
+    # A generated tier keeps the testbed's held-out seed and stays out of the paper's average unless told.
+    if isinstance(values.get("file"), str) and is_generated(values["file"]):
+        values = {"heldout_seed": GENERATED_HELDOUT_SEED, "in_average": False, **values}
     for key in ("name", "file"):
         if key not in values:
             raise UserError(f"{where}: '{key}' is missing")
@@ -138,10 +198,12 @@ def spec_from_mapping(entry: Any, where: str) -> BenchmarkSpec:
 
 
 def parse_benchmark_list(entries: Any, where: str) -> list[BenchmarkSpec]:
-    """Specs from a list of mappings / registry names (``paper``: the paper's six); names must be unique."""
+    """Specs from a list of mappings / registry names (``paper``: the paper's six; ``testbed`` /
+    ``synthetic``: a generated family's three held-out tiers); names must be unique."""
     if not isinstance(entries, Sequence) or isinstance(entries, (str, bytes)) or not entries:
         raise UserError(f"{where}: expected a non-empty list of benchmarks")
-    entries = [name for entry in entries for name in (registry.ALIASES["paper"] if entry == "paper" else (entry,))]
+    aliases = {"paper": registry.ALIASES["paper"], **GENERATED_ALIASES}
+    entries = [name for entry in entries for name in (aliases[entry] if _is_alias(entry, aliases) else (entry,))]
     specs = [spec_from_mapping(entry, f"{where}[{i}]") for i, entry in enumerate(entries)]
     seen: set[str] = set()
     for spec in specs:
@@ -149,6 +211,10 @@ def parse_benchmark_list(entries: Any, where: str) -> list[BenchmarkSpec]:
             raise UserError(f"{where}: benchmark name {spec.name!r} appears twice")
         seen.add(spec.name)
     return specs
+
+
+def _is_alias(entry: Any, aliases: Mapping[str, Any]) -> bool:
+    return isinstance(entry, str) and entry in aliases
 
 
 def load_benchmark_config(
@@ -159,8 +225,9 @@ def load_benchmark_config(
     Args:
         source: ``None`` (the registry), a YAML file (``{data_dir?, benchmarks: [...]}`` or a bare
             list), a comma-separated list of registry names (``"math500,gsm8k"``; ``"paper"`` is the
-            paper's six), a list of mappings / registry names, or an empty list (no benchmarks: only
-            the held-out split of the training tiers is evaluated, which needs no files).
+            paper's six) or generated tiers (``"testbed:hard"``; ``"testbed"`` is all three), a list of
+            mappings / registry names, or an empty list (no benchmarks: only the held-out split of the
+            training tiers is evaluated, which needs no files).
 
     Example:
         >>> [s.name for s in load_benchmark_config("aime24,amc23")[0]]
@@ -172,7 +239,7 @@ def load_benchmark_config(
         return [], None
     if isinstance(source, (str, os.PathLike)):
         path = Path(os.path.expanduser(str(source)))
-        if path.suffix.lower() in (".yaml", ".yml") or path.exists():
+        if path.suffix.lower() in (".yaml", ".yml") or (path.exists() and not is_generated(str(source))):
             return _load_yaml(path)
         return parse_benchmark_list(
             [name.strip() for name in str(source).split(",") if name.strip()], "benchmarks"
@@ -241,6 +308,9 @@ def benchmark_paths(
     located = registry.locate_many(named, data_dir, fetch_missing) if named else {}
     paths = []
     for spec in specs:
+        if is_generated(spec.file):
+            paths.append([])  # generated, not read from a file
+            continue
         if spec.dataset:
             paths.append(located[spec.dataset])
             continue
@@ -255,7 +325,25 @@ def benchmark_paths(
     return paths
 
 
+def generated_problems(spec: BenchmarkSpec) -> list[Problem]:
+    """The held-out split of a generated tier, as a training run with ``heldout_seed`` holds it out.
+
+    A run holding out ``val_size`` problems holds out the first ``val_size`` of this list (the
+    held-out stream is drawn in order), so ``limit`` = the run's ``val_size`` gives its exact split.
+    """
+    family, _, tier = spec.file.partition(":")
+    size = GENERATED_SIZE if spec.limit is None else spec.limit
+    seed = GENERATED_HELDOUT_SEED if spec.heldout_seed is None else spec.heldout_seed
+    try:
+        pool = SyntheticPool(spec.name, tier, seed=seed, val_size=size, family=family, heldout_seed=seed)
+    except ValueError as error:
+        raise UserError(f"benchmark {spec.name!r}: {error}") from None
+    return pool.held_out
+
+
 def _load(spec: BenchmarkSpec, paths: Sequence[Path]) -> list[Problem]:
+    if is_generated(spec.file):
+        return generated_problems(spec)
     problems = [problem for path in paths for problem in load_problems(path, tier=spec.name)]
     return problems[: spec.limit] if spec.limit is not None else problems
 
