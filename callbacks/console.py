@@ -5,11 +5,24 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import warnings
 from typing import Any
 
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.callbacks.progress.rich_progress import RichProgressBar, RichProgressBarTheme
+from lightning.pytorch.callbacks import ModelSummary
+from lightning.pytorch.callbacks.progress.rich_progress import (
+    BatchesProcessedColumn,
+    CustomBarColumn,
+    CustomTimeColumn,
+    RichProgressBar,
+    RichProgressBarTheme,
+)
+from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.model_summary import get_human_readable_count
+from rich.progress import ProgressColumn, TextColumn
+from rich.table import Column
+from rich.text import Text
 from typing_extensions import override
 
 from lite_ppo import metric_names as names
@@ -32,6 +45,15 @@ STANDS_IN: dict[str, tuple[tuple[str, str], ...]] = {
     ),
 }
 LIVE_STAND_INS: dict[str, str] = {tag: label for alts in STANDS_IN.values() for label, tag in alts}
+# Start-up lines from Lightning that say nothing a user can act on (by the start of the message).
+STARTUP_NOISE = (
+    "\N{ELECTRIC LIGHT BULB} Tip:",  # the litlogger advertisement
+    "GPU available: False",
+    "TPU available: False",
+    "Loading `train_dataloader` to estimate number of stepping batches",
+    "Trainer already configured with model summary callbacks",  # PolicySummary replaces the table
+)
+BAR_WIDTH = 20  # characters of the bar itself, so that the phase, counts, clock and metrics fit one line
 
 
 class ConsoleProgressBar(RichProgressBar):
@@ -51,8 +73,14 @@ class ConsoleProgressBar(RichProgressBar):
       ``step 3/6 | acc 0.41 | len 23.1 | kl 0.002 | clip 0.01 | 12.3 s``. In a terminal it sits above
       the live bar; redirected to a file, the bar draws only its final state and the file gets
       these lines.
-    - Transformers' weight-loading bars are turned off; Lightning's pytree deprecation notice and
-      its "Tip: try installing litlogger" advertisement (nothing a user can act on) are filtered.
+    - One line that fits the terminal: the description says ``Training`` (``Epoch k/N`` only when
+      there are several epochs), Lightning's ``it/s`` column is gone (``s/step`` is among the
+      metrics), the bar is short and the metrics are cut with ``…`` rather than wrapped.
+    - The clock ticks once a second inside a phase (Lightning's bar redraws only when something
+      changes, so a minute of generating read ``0:00:00``).
+    - Transformers' weight-loading bars are turned off; Lightning's pytree deprecation notice, its
+      "Tip: try installing litlogger" advertisement and the start-up lines in :data:`STARTUP_NOISE`
+      (nothing a user can act on) are filtered.
 
     ``lite-ppo`` adds it under the ``console:`` section; ``--trainer.enable_progress_bar false``
     removes it (bar and lines), ``--console.refresh_rate 0`` hides the bar but keeps the lines,
@@ -89,8 +117,9 @@ class ConsoleProgressBar(RichProgressBar):
             else {label: tag for tag, label in LIVE_METRICS.items()}
         )
         self.summary_lines: list[str] = []  # what was printed (tests and notebooks read it)
+        self._ticker: _Ticker | None = None
         # Now, not in setup(): Lightning prints its tip while the Trainer is built, after this bar.
-        _quiet_lightning_tips()
+        _quiet_startup_noise()
 
     # -- quiet libraries -----------------------------------------------------------------------------
     @override
@@ -104,6 +133,61 @@ class ConsoleProgressBar(RichProgressBar):
             hf_logging.disable_progress_bar()
         except ImportError:  # pragma: no cover - transformers is a dependency
             pass
+
+    # -- one line that fits, a clock that ticks ------------------------------------------------------
+    @override
+    def configure_columns(self, trainer: Trainer) -> list:
+        # Lightning's columns less its it/s (a step takes seconds: s/step is among the metrics), kept
+        # whole (no_wrap): when the line is too long only the metrics, the widest column, give way.
+        columns = [
+            TextColumn("[progress.description]{task.description}"),
+            CustomBarColumn(
+                bar_width=BAR_WIDTH,
+                complete_style=self.theme.progress_bar,
+                finished_style=self.theme.progress_bar_finished,
+                pulse_style=self.theme.progress_bar_pulse,
+            ),
+            BatchesProcessedColumn(style=self.theme.batch_progress),
+            CustomTimeColumn(style=self.theme.time),
+        ]
+        for column in columns:
+            column._table_column = Column(no_wrap=True)
+        return columns
+
+    @override
+    def _init_progress(self, trainer: Trainer) -> None:
+        super()._init_progress(trainer)
+        if self.progress is None:
+            return
+        # The metrics take what is left of the line and end in "…" instead of wrapping onto more lines.
+        *others, metrics = self.progress.columns
+        if not isinstance(metrics, _OneLine):
+            self.progress.columns = (*others, _OneLine(metrics))
+        if self._ticker is None or not self._ticker.is_alive():
+            self._ticker = _Ticker(self)
+            self._ticker.start()
+
+    @override
+    def _stop_progress(self) -> None:
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
+        super()._stop_progress()
+
+    @override
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
+        super().teardown(trainer, pl_module, stage)
+
+    @override
+    def _get_train_description(self, current_epoch: int) -> str:
+        max_epochs = self.trainer.max_epochs
+        if max_epochs is not None and max_epochs > 1:
+            return super()._get_train_description(current_epoch)
+        # One epoch (every shipped config): "Epoch 0/0" says nothing; the counts say which step.
+        return f"{'Training':{len(self.validation_description)}}"
 
     # -- phases ----------------------------------------------------------------------------------------
     @property
@@ -170,15 +254,85 @@ class ConsoleProgressBar(RichProgressBar):
             print(line, flush=True)
 
 
-class _NoTips(logging.Filter):
+class PolicySummary(ModelSummary):
+    """Lightning's model summary as one line (its table's FLOPs read 0 for a policy that is never
+    traced), e.g. ``model: policy LlamaForCausalLM, 532 K parameters, 532 K trainable (2.1 MB)``.
+
+    ``lite-ppo`` adds it in place of Lightning's table; ``--trainer.enable_model_summary false``
+    removes it.
+    """
+
+    @staticmethod
+    @override
+    def summarize(
+        summary_data: list[tuple[str, list[str]]],
+        total_parameters: int,
+        trainable_parameters: int,
+        model_size: float,
+        total_training_modes: dict[str, int],
+        total_flops: int,
+        **summarize_kwargs: Any,
+    ) -> None:
+        rank_zero_info(summary_line(summary_data, total_parameters, trainable_parameters, model_size))
+
+
+def summary_line(
+    summary_data: list[tuple[str, list[str]]], total_parameters: int, trainable_parameters: int, model_size: float
+) -> str:
+    """``model: policy LlamaForCausalLM, 532 K parameters, 532 K trainable (2.1 MB)``."""
+    columns = dict(summary_data)
+    modules = ", ".join(f"{name} {kind}" for name, kind in zip(columns.get("Name", []), columns.get("Type", [])))
+
+    def count(n: int) -> str:
+        return " ".join(get_human_readable_count(int(n)).split())  # "532 K", without Lightning's padding
+
+    return (
+        f"model: {modules or 'no modules'}, {count(total_parameters)} parameters, "
+        f"{count(trainable_parameters)} trainable ({model_size:.1f} MB)"
+    )
+
+
+class _OneLine(ProgressColumn):
+    """Lightning's metrics column drawn on one line: cut with "…" where the terminal ends."""
+
+    def __init__(self, metrics: ProgressColumn) -> None:
+        super().__init__()  # a wrapable column: the table narrows it first when the line is too long
+        self.metrics = metrics
+
+    def render(self, task: Any) -> Any:
+        text = self.metrics(task)
+        if isinstance(text, Text):
+            text = text.copy()
+            text.no_wrap, text.overflow = True, "ellipsis"
+        return text
+
+
+class _Ticker(threading.Thread):
+    """Asks the bar's own refresh thread for a redraw once a second, so the clock moves in a phase."""
+
+    def __init__(self, bar: ConsoleProgressBar, interval: float = 1.0) -> None:
+        super().__init__(name="lite-ppo-console-clock", daemon=True)
+        self.bar, self.interval, self.done = bar, interval, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self.interval):
+            progress = self.bar.progress
+            if progress is not None:
+                progress.soft_refresh()  # a flag Lightning's refresh thread reads; draws under its lock
+
+    def stop(self) -> None:
+        self.done.set()
+
+
+class _StartupNoise(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("\N{ELECTRIC LIGHT BULB} Tip:")
+        return not str(record.msg).startswith(STARTUP_NOISE)
 
 
-def _quiet_lightning_tips() -> None:
+def _quiet_startup_noise() -> None:
     logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    if not any(isinstance(f, _NoTips) for f in logger.filters):
-        logger.addFilter(_NoTips())
+    if not any(isinstance(f, _StartupNoise) for f in logger.filters):
+        logger.addFilter(_StartupNoise())
 
 
 def phase_text(phase: tuple[str, int, int] | None) -> str:

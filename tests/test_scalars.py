@@ -43,6 +43,7 @@ class PhaseSpy(Technique):
     descriptions: list[str] = []
     live: list[dict] = []
     correct_matches_status: list[bool] = []
+    callback_types: set[str] = set()
 
     def _bar(self, trainer) -> ConsoleProgressBar:
         bar = trainer.progress_bar_callback
@@ -53,6 +54,7 @@ class PhaseSpy(Technique):
         PhaseSpy.descriptions.append(self._bar(trainer).train_progress_bar.description)
 
     def on_rollout(self, trainer, module, batch) -> None:
+        PhaseSpy.callback_types |= {type(cb).__name__ for cb in trainer.callbacks}
         self._record(trainer)  # scoring has just finished
         PhaseSpy.live.append(dict(self._bar(trainer).get_metrics(trainer, module)))
         PhaseSpy.correct_matches_status.append(batch.correct.tolist() == [s == "correct" for s in batch.reward_status])
@@ -74,6 +76,7 @@ def tiny_run(tmp_path_factory, tiny_model_path):
 
     tmp = tmp_path_factory.mktemp("scalars")
     PhaseSpy.descriptions, PhaseSpy.live, PhaseSpy.correct_matches_status = [], [], []
+    PhaseSpy.callback_types = set()
     this = sys.modules[__name__].__name__
     main(
         [
@@ -191,7 +194,7 @@ def test_the_bar_names_each_phase_and_shows_the_live_metrics(tiny_run):
     per_step = ["scoring", "old log-probs", "updating 1/2", "updating 2/2"]
     assert len(PhaseSpy.descriptions) == STEPS * len(per_step), PhaseSpy.descriptions
     for i, description in enumerate(PhaseSpy.descriptions):
-        assert description.startswith("Epoch 0/0") and description.endswith(per_step[i % len(per_step)]), (
+        assert description.startswith("Training") and description.endswith(per_step[i % len(per_step)]), (
             i,
             description,
         )
@@ -200,6 +203,8 @@ def test_the_bar_names_each_phase_and_shows_the_live_metrics(tiny_run):
     assert "v_num" not in second and {"acc", "len", "kl", "clip", "s/step"} <= set(second), second
     assert second["len"] > 0 and second["s/step"] > 0
     assert all(PhaseSpy.correct_matches_status) and len(PhaseSpy.correct_matches_status) == STEPS
+    # lite-ppo's one-line model summary replaces Lightning's table (whose FLOPs read 0)
+    assert "PolicySummary" in PhaseSpy.callback_types and "RichModelSummary" not in PhaseSpy.callback_types
 
 
 def test_summary_line_and_phase_text():
@@ -250,6 +255,100 @@ def test_validation_bars_show_from_their_first_phase():
         assert shown.visible and shown.completed == 0
         expected = "Validating before training generating" if sanity else "Validation generating"
         assert shown.description == expected, shown.description
+
+
+def _rendered_bar(bar, width: int, metric_columns) -> list[str]:
+    """The lines of one training task drawn at ``width`` columns with ``bar``'s columns."""
+    import io
+
+    from lightning.pytorch.callbacks.progress.rich_progress import CustomProgress
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None)
+    progress = CustomProgress(*bar.configure_columns(None), *metric_columns, console=console, auto_refresh=False)
+    progress.add_task("Training updating 4/4", total=20, completed=3)
+    console.print(progress.make_tasks_table(progress.tasks))
+    return console.file.getvalue().rstrip("\n").splitlines()
+
+
+def test_the_bar_is_one_line_that_fits_the_terminal():
+    """Lightning's columns (with its it/s) wrap long metrics onto more lines at 100 columns; the console
+    bar draws one line within the width, cut with an ellipsis, and drops it/s."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks.progress.rich_progress import MetricsTextColumn, RichProgressBar
+
+    from lite_ppo.callbacks.console import _OneLine
+
+    def metrics_column(bar):
+        trainer = SimpleNamespace(
+            state=SimpleNamespace(fn="fit"), sanity_checking=False, training=False, progress_bar_callback=bar
+        )
+        bar.train_progress_bar_id = 0
+        column = MetricsTextColumn(trainer, "white", " ", ".3g")
+        column.update({"acc": 0.535, "len": 45.0, "clip": 0.0111, "kl": 0.00432, "s/step": 2.83, "extra": 1.5})
+        return column
+
+    lightning = RichProgressBar()
+    assert len(_rendered_bar(lightning, 100, [metrics_column(lightning)])) > 1  # the control: it wraps
+    bar = ConsoleProgressBar()
+    for width in (80, 100, 120):
+        lines = _rendered_bar(bar, width, [_OneLine(metrics_column(bar))])
+        assert len(lines) == 1 and len(lines[0]) <= width, lines
+        assert "3/20" in lines[0] and "it/s" not in lines[0] and "acc: 0.535" in lines[0], lines
+    assert _rendered_bar(bar, 100, [_OneLine(metrics_column(bar))])[0].rstrip().endswith("\N{HORIZONTAL ELLIPSIS}")
+
+
+def test_the_clock_ticks_inside_a_phase():
+    """Lightning's bar redraws only on a change, so a minute of generating read 0:00:00: the console's
+    ticker asks for a redraw on its own."""
+    import time
+    from types import SimpleNamespace
+
+    from lite_ppo.callbacks.console import _Ticker
+
+    asked = []
+    bar = SimpleNamespace(progress=SimpleNamespace(soft_refresh=lambda: asked.append(time.monotonic())))
+    ticker = _Ticker(bar, interval=0.01)
+    ticker.start()
+    deadline = time.monotonic() + 10
+    while len(asked) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ticker.stop()
+    ticker.join(timeout=5)
+    assert len(asked) >= 3 and not ticker.is_alive()
+
+
+def test_the_model_summary_is_one_line_and_start_up_noise_is_filtered():
+    import logging
+
+    from lightning.pytorch import LightningModule
+    from lightning.pytorch.utilities.model_summary import summarize
+
+    from lite_ppo.callbacks.console import _StartupNoise, summary_line
+
+    class Holder(LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.policy = torch.nn.Linear(10, 10)
+
+    holder = Holder()
+    summary = summarize(holder)
+    line = summary_line(summary._get_summary_data(), summary.total_parameters, summary.trainable_parameters, 0.0)
+    assert line == "model: policy Linear, 110 parameters, 110 trainable (0.0 MB)"  # 10 x 10 + 10
+    holder.policy.requires_grad_(False)
+    summary = summarize(holder)
+    assert ", 0 trainable" in summary_line(
+        summary._get_summary_data(), summary.total_parameters, summary.trainable_parameters, 0.0
+    )
+
+    def shown(message: str) -> bool:
+        return _StartupNoise().filter(logging.LogRecord("x", logging.INFO, "f", 1, message, None, None))
+
+    assert not shown("GPU available: False, used: False") and not shown("TPU available: False, using: 0 TPU cores")
+    assert not shown("Loading `train_dataloader` to estimate number of stepping batches.")
+    assert shown("GPU available: True (cuda), used: False")  # something a user can act on stays
+    assert shown("lite-ppo fit: run folder runs/x")
 
 
 # -- the documented set itself --------------------------------------------------------------------

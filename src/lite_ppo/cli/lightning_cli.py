@@ -26,10 +26,11 @@ from typing import Any
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Callback
+from lightning.pytorch.callbacks import ModelSummary
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
 
-from lite_ppo.callbacks.console import ConsoleProgressBar
+from lite_ppo.callbacks.console import ConsoleProgressBar, PolicySummary
 from lite_ppo.callbacks.diagnostics import Diagnostics
 from lite_ppo.callbacks.evaluation import Evaluation
 from lite_ppo.callbacks.rollout import Rollout
@@ -135,9 +136,14 @@ class LitePPOCLI(LightningCLI):
         # `--trainer.enable_progress_bar false` turns the console bar off rather than clashing with it.
         if config.get("enable_progress_bar") is False:
             callbacks = [cb for cb in callbacks if not isinstance(cb, ConsoleProgressBar)]
-        # Evaluation(evaluate_before_training=True) evaluates in the sanity check: all of it (-1).
+        # The model summary as one line (PolicySummary) unless turned off or given by the user.
         configured = config.get("callbacks") or []
         configured = configured if isinstance(configured, list) else [configured]
+        if config.get("enable_model_summary") is not False and not any(
+            isinstance(cb, ModelSummary) for cb in [*configured, *callbacks]
+        ):
+            callbacks = [*callbacks, PolicySummary()]
+        # Evaluation(evaluate_before_training=True) evaluates in the sanity check: all of it (-1).
         if self.subcommand == "fit" and any(
             isinstance(cb, Evaluation) and cb.evaluate_before_training for cb in [*configured, *callbacks]
         ):
