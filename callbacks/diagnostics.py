@@ -4,6 +4,7 @@ and the TensorBoard layout and hyper-parameters that present them."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -51,7 +52,7 @@ class Diagnostics(Technique):
     SCALARS tab: the paper's key panels, one quantity per chart, with a category per training tier
     and the charts of the techniques in the run: :func:`lite_ppo.metric_names.custom_scalars_layout`) and
     the run's hyper-parameters (model, data and technique settings) for the HPARAMS tab, with
-    :data:`~lite_ppo.metric_names.HPARAM_METRICS` as its metric columns.
+    :func:`~lite_ppo.metric_names.hparam_metrics` as its metric columns.
 
     Repetition (``response/repetition_rate_*``): over the last ``repetition_window`` tokens, the
     share of ``ngram``-gram positions repeating an earlier n-gram of that span
@@ -102,9 +103,11 @@ class Diagnostics(Technique):
     @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.layout and trainer.global_rank == 0:
+            tiers, benchmarks = _evaluated(trainer)
+            techniques = [type(callback).__name__ for callback in trainer.callbacks]
             for writer in _tensorboard_writers(trainer):
-                writer.add_custom_scalars(_layout(trainer))
-                _write_hparams(writer, run_hparams(trainer, pl_module))
+                writer.add_custom_scalars(names.custom_scalars_layout(tiers, techniques, benchmarks))
+                _write_hparams(writer, run_hparams(trainer, pl_module), names.hparam_metrics(tiers, benchmarks))
 
     @override
     def on_rollout(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> None:
@@ -321,11 +324,14 @@ def _rate(flags: torch.Tensor, among: torch.Tensor) -> float:
     return float(flags[among].double().mean()) if among.any() else 0.0
 
 
-def _layout(trainer: Trainer) -> dict[str, dict[str, list]]:
-    """The run's custom-scalars layout: its training tiers (the datamodule's sources) and the class
-    names of its callbacks (the techniques with tags of their own get charts)."""
+def _evaluated(trainer: Trainer) -> tuple[list[str], bool]:
+    """The run's training tiers (the datamodule's sources: their held-out accuracy is charted) and
+    whether it evaluates any benchmark (an ``Evaluation`` with benchmarks; else no average is logged)."""
+    from lite_ppo.callbacks.evaluation import Evaluation
+
     tiers = list(getattr(getattr(trainer, "datamodule", None), "sources", None) or {})
-    return names.custom_scalars_layout(tiers, [type(callback).__name__ for callback in trainer.callbacks])
+    benchmarks = any(isinstance(cb, Evaluation) and cb.specs for cb in trainer.callbacks)
+    return tiers, benchmarks
 
 
 def _tensorboard_writers(trainer) -> list:
@@ -349,6 +355,9 @@ def run_hparams(trainer, module) -> dict[str, Any]:
         for key, value in values.items():
             if not key.startswith("_"):
                 out[f"{prefix}/{key}"] = value
+    seed = getattr(datamodule, "seed", None)
+    if isinstance(seed, int):
+        out["seed"] = seed  # the run's seed (data order, sampling): seeds of one cell are rows apart
     techniques = techniques_of(trainer)
     out["techniques"] = ",".join(type(t).__name__ for t in techniques)
     for t in techniques:
@@ -364,12 +373,21 @@ def _hparam_value(value: Any) -> int | float | str:
     return value if isinstance(value, (int, float, str)) else str(value)
 
 
-def _write_hparams(writer, params: dict[str, Any]) -> None:
+def _write_hparams(writer, params: dict[str, Any], metrics: Sequence[str]) -> None:
     """The HPARAMS tab's entry for this run. Only the metric tags are declared: TensorBoard reads
-    their values from the run's own scalars, so no placeholder value is logged."""
+    their values from the run's own scalars, so no placeholder value is logged. The settings in
+    :data:`~lite_ppo.metric_names.HPARAMS_FIRST` are marked as differing: TensorBoard sorts those
+    columns first (else by name, which showed five constant ``model/b...`` to ``model/g...`` columns
+    and hid ``model/lr``)."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
     from torch.utils.tensorboard.summary import hparams
 
-    experiment, start, end = hparams(params, {tag: 0.0 for tag in names.HPARAM_METRICS})
+    experiment, start, end = hparams(params, {tag: 0.0 for tag in metrics})
+    plugin = experiment.value[0].metadata.plugin_data
+    data = plugin_data_pb2.HParamsPluginData.FromString(plugin.content)
+    for info in data.experiment.hparam_infos:
+        info.differs = info.name in names.HPARAMS_FIRST
+    plugin.content = data.SerializeToString()
     file_writer = writer._get_file_writer()
     for summary in (experiment, start, end):
         file_writer.add_summary(summary)

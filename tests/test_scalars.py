@@ -181,9 +181,27 @@ def test_layout_and_hparams_are_written(tiny_run):
             drawn = [tag for tag in logged if any(re.search(p, tag) for p in chart.multiline.tag)]
             assert len(drawn) <= 1, (title, drawn)
     assert experiment is not None, "no HPARAMS entry"
-    assert {m.name.tag for m in experiment.metric_infos} == set(names.HPARAM_METRICS)
+    # The metric columns: training accuracy, each tier's held-out accuracy, length, entropy, mixed groups;
+    # no benchmark average (this run evaluates no benchmark: the column would stay empty).
+    tiers = [f"val/{tier}/accuracy" for tier in ("easy", "medium", "hard")]
+    expected = {"reward/accuracy", *tiers, "response/length_mean", "policy/entropy", "groups/mixed"}
+    assert {m.name.tag for m in experiment.metric_infos} == expected
     hparams = {h.name for h in experiment.hparam_infos}
     assert {"model/lr", "model/clip_eps", "techniques", "technique/AdvantageNormalization/mean_scope"} <= hparams
+    # TensorBoard sorts the columns by (not differs, name) and shows the first few: the settings that tell
+    # runs apart come first, not model/betas ... model/gradient_checkpointing.
+    shown = sorted(experiment.hparam_infos, key=lambda info: (not info.differs, info.name))[:5]
+    assert [info.name for info in shown] == ["model/lora", "model/lr", "model/model_path", "seed", "techniques"]
+    # The first row of the custom scalars: training and held-out accuracy and the KL, no empty benchmark chart.
+    first = [chart.title for chart in layout.category[0].chart]
+    assert first[:5] == [
+        "accuracy, training (verifier)",
+        "held-out accuracy, easy",
+        "held-out accuracy, medium",
+        "held-out accuracy, hard",
+        "approx KL",
+    ]
+    assert "accuracy, benchmark average" not in charts
     assert "hp_metric" not in read_scalars(tiny_run)
 
 
@@ -376,8 +394,11 @@ def test_layout_charts_only_documented_tags():
                 assert kind == "Multiline"
                 for pattern in tags:
                     assert sum(bool(re.search(pattern, tag)) for tag in documented) == 1, (title, pattern)
-    # One tier: tier/<t>/* is not logged, so only its held-out accuracy is charted.
-    assert list(names.custom_scalars_layout(["easy"])["3 tier easy"]) == ["held-out accuracy"]
+    # One tier: tier/<t>/* is not logged, so the tier has no category; its held-out accuracy is on the first row.
+    one = names.custom_scalars_layout(["easy"])
+    assert "3 tier easy" not in one and "held-out accuracy, easy" in one["1 paper panels"]
+    assert "accuracy, benchmark average" not in one["1 paper panels"]
+    assert "accuracy, benchmark average" in names.custom_scalars_layout(["easy"], benchmarks=True)["1 paper panels"]
 
 
 # -- the typed correctness field -----------------------------------------------------------------

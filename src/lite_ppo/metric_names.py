@@ -338,9 +338,10 @@ def tier_tag(tier: str, suffix: str) -> str:
 # TensorBoard colours a custom-scalars line by its run, not by its tag: two tags of one run in one chart
 # would be drawn in the same colour. So every chart holds one quantity (one line per run, runs in their
 # own colours), and a min/mean/max triple is one "Margin" chart (the mean with its range as a band).
+_TRAINING_ACCURACY_PANEL = {"accuracy, training (verifier)": REWARD_ACCURACY}
+_BENCHMARK_PANEL = {"accuracy, benchmark average": EVAL_AVERAGE_ACCURACY}
+_KL_PANEL = {"approx KL": APPROX_KL}
 _PAPER_PANELS = {
-    "accuracy, training (verifier)": REWARD_ACCURACY,
-    "accuracy, benchmark average": EVAL_AVERAGE_ACCURACY,
     "response length": RESPONSE_LENGTH,
     "response length, correct": RESPONSE_LENGTH_CORRECT,
     "response length, wrong": RESPONSE_LENGTH_WRONG,
@@ -354,13 +355,11 @@ _PAPER_PANELS = {
     "groups all wrong": GROUPS_ALL_WRONG,
 }
 _UPDATE_PANELS = {
-    "approx KL": APPROX_KL,
     "advantage non-zero share": ADVANTAGE_NONZERO,
     "grad norm": GRAD_NORM,
     "length-advantage correlation": LENGTH_ADVANTAGE_CORR,
 }
-_TIER_PANELS = {  # title -> tag of one tier
-    "held-out accuracy": val_accuracy,
+_TIER_PANELS = {  # title -> tag of one tier (runs with several tiers; the held-out accuracy is on the first row)
     "training accuracy": lambda tier: tier_tag(tier, "accuracy"),
     "response length": lambda tier: tier_tag(tier, "length_mean"),
     "groups mixed": lambda tier: tier_tag(tier, "groups_mixed"),
@@ -374,23 +373,35 @@ _COST_PANELS = {
 }
 
 
-def custom_scalars_layout(tiers: Sequence[str] = (), techniques: Sequence[str] = ()) -> dict[str, dict[str, list]]:
+def custom_scalars_layout(
+    tiers: Sequence[str] = (), techniques: Sequence[str] = (), benchmarks: bool = False
+) -> dict[str, dict[str, list]]:
     """The CUSTOM SCALARS tab of a run, in the format of ``SummaryWriter.add_custom_scalars``
-    (``{category: {chart title: [kind, tags]}}``): the paper's panels, the update, one category per
-    training tier in ``tiers`` (held-out accuracy; with several tiers also the tier's training accuracy,
-    length and mixed groups), one chart per
-    own tag of each technique class named in ``techniques`` (:data:`TECHNIQUE_SCALARS`), and the cost.
-    Every chart draws one quantity, so each run is one line in its own colour."""
+    (``{category: {chart title: [kind, tags]}}``).
+
+    The first row is what a researcher looks at first: training accuracy, the held-out accuracy of
+    every tier in ``tiers``, the benchmark average (only with ``benchmarks``: a run that evaluates
+    none would show an empty chart there) and the KL; then the paper's other panels, the update, one
+    category per training tier (with several tiers: its training accuracy, length and mixed groups),
+    one chart per own tag of each technique class named in ``techniques`` (:data:`TECHNIQUE_SCALARS`),
+    and the cost. Every chart draws one quantity, so each run is one line in its own colour."""
 
     def charts(panels: dict[str, str]) -> dict[str, list]:
         return {title: ["Multiline", [f"^{re.escape(tag)}$"]] for title, tag in panels.items()}
 
+    first = {
+        **_TRAINING_ACCURACY_PANEL,
+        **{f"held-out accuracy, {tier}": val_accuracy(tier) for tier in tiers},
+        **(_BENCHMARK_PANEL if benchmarks else {}),
+        **_KL_PANEL,
+        **_PAPER_PANELS,
+    }
     update = charts(_UPDATE_PANELS)
     update["advantage (mean, band from min to max)"] = ["Margin", [ADVANTAGE_MEAN, ADVANTAGE_MIN, ADVANTAGE_MAX]]
-    layout = {"1 paper panels": charts(_PAPER_PANELS), "2 update": update}
-    for tier in tiers:  # tier/<t>/* is logged only with two or more tiers, the held-out val/<t>/* always
-        panels = _TIER_PANELS if len(tiers) > 1 else {"held-out accuracy": val_accuracy}
-        layout[f"3 tier {tier}"] = charts({title: tag(tier) for title, tag in panels.items()})
+    layout = {"1 paper panels": charts(first), "2 update": update}
+    if len(tiers) > 1:  # tier/<t>/* is logged only with two or more tiers
+        for tier in tiers:
+            layout[f"3 tier {tier}"] = charts({title: tag(tier) for title, tag in _TIER_PANELS.items()})
     own = {
         f"{technique}: {tag}": tag
         for technique in techniques
@@ -403,8 +414,18 @@ def custom_scalars_layout(tiers: Sequence[str] = (), techniques: Sequence[str] =
     return layout
 
 
-# The run-level metrics the HPARAMS tab shows next to each run's hyper-parameters (their last value).
-HPARAM_METRICS = (REWARD_ACCURACY, RESPONSE_LENGTH, ENTROPY, GROUPS_MIXED, EVAL_AVERAGE_ACCURACY)
+# The settings that most often tell runs apart: the HPARAMS tab shows them as its first columns
+# (TensorBoard sorts the columns it marks as differing first, then by name, and shows the first few).
+HPARAMS_FIRST = ("model/lora", "model/lr", "model/model_path", "seed", "techniques")
+
+
+def hparam_metrics(tiers: Sequence[str] = (), benchmarks: bool = False) -> tuple[str, ...]:
+    """The run-level metrics the HPARAMS tab shows next to each run's settings (their last value):
+    training accuracy, each tier's held-out accuracy, the benchmark average (only with ``benchmarks``),
+    length, entropy and mixed groups."""
+    held_out = tuple(val_accuracy(tier) for tier in tiers)
+    average = (EVAL_AVERAGE_ACCURACY,) if benchmarks else ()
+    return (REWARD_ACCURACY, *held_out, *average, RESPONSE_LENGTH, ENTROPY, GROUPS_MIXED)
 
 
 def scalar_table_markdown() -> str:
