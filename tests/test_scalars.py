@@ -451,14 +451,32 @@ def test_vllm_logging_level_and_repeats_shown_once(caplog):
         _quiet_vllm_logging("WARNING")
         worker = logging.getLogger("vllm.v1.worker.cpu_worker")
         for _ in range(4):
-            worker.warning("CPU backend doesn't allow to use `torch.set_num_threads`")
+            worker.warning("the KV cache is nearly full")
         worker.info("Processed prompts")  # below WARNING
         logging.getLogger("vllm.other").warning("another message")
-        assert seen == ["CPU backend doesn't allow to use `torch.set_num_threads`", "another message"]
+        # start-up advice a lite-ppo user cannot act on (the LD_PRELOAD tip, Triton on a CPU) is dropped
+        worker.warning("libtcmalloc is not found in LD_PRELOAD. For best performance, please follow ...")
+        logging.getLogger("vllm.triton_utils.importing").warning(
+            "Triton is installed, but doesn't include CPU backend. Disabling Triton."
+        )
+        assert seen == ["the KV cache is nearly full", "another message"]
     finally:
         root.removeHandler(handler)
         root.setLevel(old_level)
         root.propagate = old_propagate
+
+
+def test_vllm_start_up_noise_is_shown_at_info():
+    import logging
+
+    from lite_ppo.rollout.vllm import _OncePerMessage
+
+    def passes(f, message):
+        return f.filter(logging.LogRecord("vllm.x", logging.WARNING, "f", 1, message, None, None))
+
+    noisy = "libiomp is not found in LD_PRELOAD. For best performance ..."
+    assert not passes(_OncePerMessage(drop_noise=True), noisy)
+    assert passes(_OncePerMessage(drop_noise=False), noisy)  # log_level INFO / DEBUG: everything, once
 
 
 def test_docs_scalar_table_is_the_generated_one():

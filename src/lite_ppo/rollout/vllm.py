@@ -261,6 +261,8 @@ class VLLMEngine(RolloutEngine):
             return
         self._configure_process()
         self._lora_rank = _adapter_rank(policy) if self.lora_sync == "adapter" else None
+        if self.log_level is not None:
+            _quiet_vllm_logging(self.log_level)  # before the import: vLLM warns while it imports
         from vllm import LLM
 
         if self.log_level is not None:
@@ -648,24 +650,47 @@ def _preserved_rng_state():
         np.random.set_state(np_state)
 
 
-class _OncePerMessage(logging.Filter):
-    """Lets each distinct message through once (vLLM repeats some warnings at every step)."""
+# vLLM's start-up warnings on a CPU that say nothing a lite-ppo user can act on (the engine's settings
+# are lite-ppo's choices; the LD_PRELOAD advice is for serving throughput). Shown at log_level INFO/DEBUG.
+VLLM_STARTUP_NOISE = (
+    "The global random seed is set to",
+    "Enforce eager set, disabling torch.compile",
+    "Inductor compilation was disabled by user settings",
+    "Triton is not installed",
+    "Triton is installed, but doesn't include CPU backend",
+    "Reset SSM cache type",
+    "Model Runner V2 requires Triton",
+    "is not found in LD_PRELOAD",
+    "CPU backend doesn't allow to use `torch.set_num_threads`",
+)
 
-    def __init__(self) -> None:
+
+class _OncePerMessage(logging.Filter):
+    """Lets each distinct message through once (vLLM repeats some warnings at every step) and, at the
+    WARNING level, none of :data:`VLLM_STARTUP_NOISE`."""
+
+    def __init__(self, drop_noise: bool = True) -> None:
         super().__init__()
         self.seen: set[str] = set()
+        self.drop_noise = drop_noise
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if message in self.seen:
+        if message in self.seen or (self.drop_noise and any(part in message for part in VLLM_STARTUP_NOISE)):
             return False
         self.seen.add(message)
         return True
 
 
-# vLLM loggers known to repeat one message while the engine starts (before vLLM has set up its
-# handler, so only a filter on the logger itself catches them).
-_REPEATING_LOGGERS = ("vllm.v1.worker.cpu_worker",)
+# vLLM loggers known to repeat one message or to warn while the engine starts (before vLLM has set up
+# its handler, so only a filter on the logger itself catches them).
+_REPEATING_LOGGERS = (
+    "vllm.v1.worker.cpu_worker",
+    "vllm.triton_utils.importing",
+    "vllm.platforms.cpu",
+    "vllm.config.vllm",
+    "vllm.engine.arg_utils",
+)
 
 
 def _quiet_vllm_logging(level: str) -> None:
@@ -679,7 +704,7 @@ def _quiet_vllm_logging(level: str) -> None:
     targets += list(root.handlers)
     for target in targets:
         if not any(isinstance(f, _OncePerMessage) for f in target.filters):
-            target.addFilter(_OncePerMessage())
+            target.addFilter(_OncePerMessage(drop_noise=level not in ("DEBUG", "INFO")))
 
 
 @contextmanager
