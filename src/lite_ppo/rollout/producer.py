@@ -21,6 +21,7 @@ from lite_ppo.errors import UserError
 from lite_ppo.metric_names import OVERLONG_PROMPTS_DROPPED
 from lite_ppo.rewards import MathVerifyReward
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.rollout.context import context_limit
 from lite_ppo.rollout.default import default_engine
 from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig
 
@@ -163,13 +164,8 @@ class RolloutProducer:
         neither is known)."""
         if self.max_prompt_tokens is not None:
             return self.max_prompt_tokens
-        config = getattr(getattr(source, "policy", None), "config", None)
-        limits = [
-            getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None),
-            getattr(self.engine, "max_model_len", None),
-        ]
-        limits = [v for v in limits if isinstance(v, int) and v > 0]
-        return min(limits) - sampling.max_new_tokens if limits else None
+        limit = context_limit(getattr(getattr(source, "policy", None), "config", None), self.engine)
+        return limit.tokens - sampling.max_new_tokens if limit is not None else None
 
     def fitting_problems(
         self,

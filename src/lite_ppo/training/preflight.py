@@ -38,6 +38,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from lite_ppo.errors import UserError
+from lite_ppo.rollout.context import context_limit, model_context
 from lite_ppo.training.schedule import short_run_note
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,21 +72,20 @@ def model_context_length(model_path: str) -> int | None:
     ``builtin:`` names are resolved (built once into the cache) first. None when the config names no
     context length.
     """
+    return model_context(_model_config(model_path))
+
+
+def _model_config(model_path: str) -> Any:
     from transformers import AutoConfig
 
     from lite_ppo.models import resolve_model
 
     try:
-        config = AutoConfig.from_pretrained(resolve_model(model_path))
+        return AutoConfig.from_pretrained(resolve_model(model_path))
     except UserError:
         raise
     except (OSError, ValueError) as error:  # a missing folder, no config.json, an unknown builtin
         raise UserError(f"model.model_path={model_path!r}: {error}") from error
-    for name in ("max_position_embeddings", "n_positions"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
 
 
 # -- the checks -----------------------------------------------------------------------------------
@@ -170,12 +170,12 @@ def _check_batch_shape(hp: Any, trainer: Trainer, rollout: Any) -> None:
 
 
 def _check_context(model_path: str, rollout: Any) -> None:
-    context, source = model_context_length(model_path), f"max_position_embeddings of {model_path}"
-    engine_limit = getattr(rollout.engine, "max_model_len", None)
-    if isinstance(engine_limit, int) and engine_limit > 0 and (context is None or engine_limit < context):
-        context, source = engine_limit, "rollout.engine max_model_len"
-    if context is None:
+    # The rule each step applies (rollout.context), from the model's config, read without its weights.
+    limit = context_limit(_model_config(model_path), rollout.engine)
+    if limit is None:
         return
+    context = limit.tokens
+    source = f"max_position_embeddings of {model_path}" if limit.source == "max_position_embeddings" else limit.source
     max_prompt = getattr(rollout, "max_prompt_tokens", None)
     for section, sampling in (("rollout.sampling", rollout.sampling), ("rollout.eval_sampling", rollout.eval_sampling)):
         new = sampling.max_new_tokens
