@@ -671,3 +671,34 @@ def test_intervals_are_cut_at_each_quantitys_range(tmp_path, monkeypatch):
     assert seconds.strip().startswith("63 ") and "[0, " in seconds  # 3 s and 123 s: the t-interval dips below 0
     assert bands and all(low >= 0 for low, _ in bands)  # percent for shares, nats for entropy: never below 0
     assert all(high <= 100.0 + 1e-9 for _, high in bands)  # the accuracy band stops at 100 %
+
+
+def test_runs_that_share_a_seed_count_once_as_their_mean(scored_runs, tmp_path, capsys):
+    """A resumed run and its uninterrupted twin (same seed) are not two samples: the group's n counts
+    seeds, the seed's value is the mean of its runs, and the console says so."""
+    twin = scored_runs / "lite" / "tiny" / "seed0-1"
+    shutil.copytree(scored_runs / "lite" / "tiny" / "seed0", twin)
+    for events in twin.glob("events.out.tfevents.*"):
+        events.unlink()
+    write_events(
+        twin / "tb",
+        {m.EVAL_AVERAGE_ACCURACY: {0: 0.2, 2: 0.5, 4: 0.60}, m.REWARD_ACCURACY: {k: 0.1 * k for k in range(4)}},
+        {},
+    )
+    for events in (twin / "tb").glob("events.out.tfevents.*"):
+        events.rename(twin / events.name)
+    shutil.rmtree(twin / "tb")
+    out = tmp_path / "cmp"
+    assert compare_main([str(scored_runs), "--out", str(out)]) == 0
+    assert "holds several runs with the same seed (counted once" in capsys.readouterr().out
+    score = json.loads((out / "summary.json").read_text())["score"]
+    lite = score["groups"]["lite/tiny"]
+    per_seed = [(0.40 + 0.60) / 2, 0.50, 0.45]  # seed 0: the mean of its two runs
+    assert lite["final"]["n"] == 3 and len(lite["runs"]) == 4
+    assert lite["final"]["mean"] == pytest.approx(statistics.mean(per_seed), abs=1e-6)
+    assert lite["final"]["ci"] == pytest.approx(_t_interval(per_seed), abs=1e-6)
+    (pair,) = score["pairs"]
+    diff, low, high, p = welch_by_hand([0.30, 0.35, 0.20], per_seed)
+    assert pair["final"]["p"] == pytest.approx(p, abs=1e-5) and pair["final"]["ci"] == pytest.approx(
+        [low, high], abs=1e-5
+    )

@@ -170,7 +170,10 @@ def main(argv: list[str]) -> int:
     for group in summary["groups"]:
         seeds = [s for s in group["seeds"] if s is not None]
         if len(seeds) != len(set(seeds)):
-            print(f"note: group {group['label']} holds several runs with the same seed: {group['runs']}")
+            print(
+                f"note: group {group['label']} holds several runs with the same seed (counted once, as their "
+                f"mean: they are not independent samples): {group['runs']}"
+            )
     for note in summary["notes"]:
         print(f"note: {note}")
     for line in verdict_lines(summary):

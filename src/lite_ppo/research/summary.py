@@ -86,6 +86,27 @@ def _with_power(difference: dict[str, Any], a: list[float], b: list[float]) -> d
     return {**difference, "mde": mde, "verdict": verdict(difference["diff"], difference["ci"], difference["p"], mde)}
 
 
+def one_per_seed(seeds: list[int | None], values: list[Any]) -> list[Any]:
+    """One value per seed, in first-seen order: runs that share a seed (a resumed run and its
+    uninterrupted twin, a run repeated by hand) are one sample, their mean; runs without a seed count
+    one each. Two runs of one seed are not independent, so counting both would narrow every interval.
+
+    Example:
+        >>> one_per_seed([1, 2, 1, None], [0.5, 0.7, 0.7, 0.9])
+        [0.6, 0.7, 0.9]
+    """
+    order: list[Any] = []
+    by_seed: dict[int, list[Any]] = {}
+    for i, (seed, value) in enumerate(zip(seeds, values)):
+        key = ("run", i) if seed is None else ("seed", seed)
+        if key not in by_seed:
+            order.append(key)
+            by_seed[key] = []
+        by_seed[key].append(value)
+    means = [by_seed[key][0] if len(by_seed[key]) == 1 else np.mean(by_seed[key], axis=0) for key in order]
+    return [float(m) if np.ndim(m) == 0 else m for m in means]
+
+
 def _paired(
     runs_a: list[tuple[Run, dict[str, Any]]], runs_b: list[tuple[Run, dict[str, Any]]], rule: CheckpointRule
 ) -> dict[str, Any] | None:
@@ -101,10 +122,15 @@ def _paired(
             return None
         results.append(found)
     ids = sorted(set.intersection(*(set(r) for r in results)))
-    if not ids or len(runs_a) < 2 or len(runs_b) < 2:
+    matrix = correctness_matrix(results, ids) if ids else None
+    if matrix is None:
         return None
-    matrix = correctness_matrix(results, ids)
-    out = paired_bootstrap(matrix[: len(runs_a)], matrix[len(runs_a) :])
+    # A seed's runs are one row, their mean per problem (see one_per_seed).
+    a = np.array(one_per_seed([run.seed for run, _ in runs_a], list(matrix[: len(runs_a)])))
+    b = np.array(one_per_seed([run.seed for run, _ in runs_b], list(matrix[len(runs_a) :])))
+    if len(a) < 2 or len(b) < 2:
+        return None
+    out = paired_bootstrap(a, b)
     out["problems_left_out"] = len(set.union(*(set(r) for r in results))) - len(ids)  # not evaluated by every run
     out["file"] = "each run's last heldout/step_*.json" if rule.checkpoint == "last" else "heldout/step_<best step>"
     out["mde"] = mde_normal(out["se"])
@@ -130,8 +156,12 @@ def _score_section(groups: list[RunGroup], tables: dict[Path, ScalarTable], rule
         runs = [{"run": str(r.path), "seed": r.seed, **run_scores(tables[r.path], rule)} for r in group.runs]
         key = "best" if rule.checkpoint == "best" else "final"
         scored_runs[group.label] = [(r, x) for r, x in zip(group.runs, runs) if x[key] is not None]
-        final = [x["final"] for x in runs if x["final"] is not None]
-        best = [x["best"] for x in runs if x["best"] is not None]
+        final = one_per_seed(
+            [x["seed"] for x in runs if x["final"] is not None], [x["final"] for x in runs if x["final"] is not None]
+        )
+        best = one_per_seed(
+            [x["seed"] for x in runs if x["best"] is not None], [x["best"] for x in runs if x["best"] is not None]
+        )
         values[group.label] = {"final": final, "best": best}
         if final:
             section["groups"][group.label] = {
@@ -226,26 +256,27 @@ def summarize(
             "quantities": {},
         }
         for quantity in quantities:
-            series = [
-                s
-                for s in (tables[r.path].get(quantity.tag) for r in described_group.runs)
+            logged = [
+                (r.seed, s.finite())
+                for r, s in ((r, tables[r.path].get(quantity.tag)) for r in described_group.runs)
                 if s is not None and len(s.finite())
             ]
-            if not series:
+            if not logged:
                 continue  # not logged by this group (e.g. no clip-higher curve): no row
-            series = [s.finite() for s in series]
+            seeds, series = [seed for seed, _ in logged], [s for _, s in logged]
             pick = np.min if quantity.best_rule == "min" else np.max
             entry["quantities"][quantity.tag] = {
                 "title": quantity.title,
-                "final": mean_ci([s.last() for s in series]),
-                "best": mean_ci([float(pick(s.values)) for s in series]),
+                "final": mean_ci(one_per_seed(seeds, [s.last() for s in series])),
+                "best": mean_ci(one_per_seed(seeds, [float(pick(s.values)) for s in series])),
                 "best_rule": quantity.best_rule,
-                "final_step": mean_ci([float(s.steps[-1]) for s in series]),
+                "final_step": mean_ci(one_per_seed(seeds, [float(s.steps[-1]) for s in series])),
             }
         entry["compute"] = {}
         for name, tag in (("tokens", names.GENERATED_TOKENS), ("seconds", names.STEP_SECONDS)):
-            totals = [t for t in (_total(tables[r.path], tag) for r in described_group.runs) if t is not None]
-            entry["compute"][name] = mean_ci(totals)
+            totals = [(r.seed, _total(tables[r.path], tag)) for r in described_group.runs]
+            totals = [(seed, t) for seed, t in totals if t is not None]
+            entry["compute"][name] = mean_ci(one_per_seed([x for x, _ in totals], [t for _, t in totals]))
         milestones = {}
         reward = [tables[r.path].get(REWARD_ACCURACY) for r in described_group.runs]
         reward = [s for s in reward if s is not None]
@@ -417,7 +448,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     lines = [
         "# Run comparison",
         "",
-        "Mean ± sample std over seeds (n = runs that logged the quantity) [95 % confidence interval of the mean].",
+        "Mean ± sample std over seeds (n = seeds that logged the quantity; runs that share a seed count once, "
+        "as their mean) [95 % confidence interval of the mean].",
         f"Method: {summary['ci_method']}.",
         *([f"Power: {summary['power_method']}."] if summary.get("power_method") else []),
         "",
