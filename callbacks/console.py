@@ -262,8 +262,8 @@ class PolicySummary(ModelSummary):
     removes it.
     """
 
-    @staticmethod
     @override
+    @staticmethod
     def summarize(
         summary_data: list[tuple[str, list[str]]],
         total_parameters: int,

@@ -293,3 +293,16 @@ def test_lite_ppo_has_every_declared_member(tiny_model_path):
     module.configure_model()
     assert isinstance(module, PolicyModule)
     assert not [name for name in sorted(MEMBERS) if not hasattr(module, name)]
+
+
+def test_phase_listeners_are_declared():
+    """``module.report_phase`` calls the callbacks that are a declared ``PhaseListener``: every technique and
+    the console bar; a plain Lightning callback is not one."""
+    from lightning.pytorch import Callback
+
+    from lite_ppo.callbacks.console import ConsoleProgressBar
+    from lite_ppo.policy_module import PhaseListener
+    from lite_ppo.technique import Technique
+
+    assert isinstance(ConsoleProgressBar(), PhaseListener) and isinstance(Technique(), PhaseListener)
+    assert not isinstance(Callback(), PhaseListener)

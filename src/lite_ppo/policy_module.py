@@ -66,3 +66,12 @@ class PolicyModule(Protocol):
 MEMBERS = frozenset(name for name in dir(PolicyModule) if not name.startswith("_")) | frozenset(
     PolicyModule.__annotations__
 )
+
+
+@runtime_checkable
+class PhaseListener(Protocol):
+    """A callback told whenever the training step's phase changes (``module.report_phase``): it reads
+    ``module.phase``. Every technique is one (``Technique.on_phase``, a no-op by default); the console's
+    progress bar shows the phase. Any callback with this method is called, in callback order."""
+
+    def on_phase(self, trainer: Any, module: Any) -> None: ...

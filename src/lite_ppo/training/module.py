@@ -20,6 +20,7 @@ from lite_ppo.ops import (
     mini_batch_rows,
     policy_objective,
 )
+from lite_ppo.policy_module import PhaseListener
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.step_metrics import StepMetrics
 from lite_ppo.strategies.ranks import Ranks
@@ -413,15 +414,14 @@ class LitePPO(LightningModule):
     # -- pieces --------------------------------------------------------------------------------------
     def report_phase(self, phase: str | None, done: int = 0, total: int = 0) -> None:
         """Say what the training step is doing now (``"generating"``, ``"updating"`` 2 of 4, ...;
-        None when the step is over): every callback that defines ``on_phase(trainer, module)`` (a hook
-        of the technique contract, ``Technique.on_phase``) is called and reads :attr:`phase`."""
+        None when the step is over): every :class:`~lite_ppo.policy_module.PhaseListener` callback
+        (every technique, the console) is called and reads :attr:`phase`."""
         self.phase = (phase, done, total) if phase is not None else None
         if self._trainer is None:
             return
         for callback in self._trainer.callbacks:
-            on_phase = getattr(callback, "on_phase", None)
-            if callable(on_phase):
-                on_phase(self._trainer, self)
+            if isinstance(callback, PhaseListener):
+                callback.on_phase(self._trainer, self)
 
     def mini_batches(self, rollout: RolloutBatch) -> list[torch.Tensor]:
         """Row indices of each mini-batch (``model.mini_batch_split``, see ``ops.mini_batch_rows``).
