@@ -230,6 +230,55 @@ def test_folder_turning_read_only_mid_run_stops_the_run(tmp_path, tiny_model_pat
     ]
 
 
+@pytest.mark.slow
+def test_the_whole_run_folder_turning_read_only_is_one_line_per_writer(tmp_path, tiny_model_path, capsys):
+    """The filesystem under the logger's folder (event file, run.json) refuses writes from the first step's
+    end: TensorBoard's writer thread, the run record and the step say it in one line each, no traceback."""
+    ckpt = tmp_path / "ckpt"
+    fault = {"class_path": "helpers.reliability_faults.DenyWritesAfter", "init_args": {"folder": str(tmp_path / "tb")}}
+    with pytest.raises(SystemExit) as info:
+        _fit(tmp_path, ckpt, {**fault, "init_args": {**fault["init_args"], "step": 0}})
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Exception in thread" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("lite-ppo fit: error: writing ") and "Permission denied" in last, last
+
+
+def test_a_refused_write_is_a_user_error_wherever_it_is_wrapped(capsys):
+    import errno
+    import threading
+
+    from lite_ppo.cli.commands import quiet_storage_errors_in_threads, user_error_message
+
+    try:
+        try:
+            raise OSError(errno.EROFS, "Read-only file system", b"/runs/x/events.out")
+        except OSError as error:
+            raise ValueError("you tried to log 0.5 which is currently not supported") from error
+    except ValueError as wrapped:
+        message = user_error_message(wrapped)
+    assert message.startswith("writing '/runs/x/events.out' failed: Read-only file system"), message
+    assert user_error_message(OSError(errno.ENOENT, "No such file or directory", "x")) is None  # a bug: traceback
+
+    previous = threading.excepthook
+    try:
+        quiet_storage_errors_in_threads()
+
+        def writer():
+            raise OSError(errno.ENOSPC, "No space left on device", "/runs/x/events.out")
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        thread.join()
+    finally:
+        threading.excepthook = previous
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "lite-ppo: warning: writing '/runs/x/events.out' failed: No space left on device (in a background writer)"
+    ]
+
+
 def test_removing_a_checkpoint_removes_its_checksum(tmp_path):
     """ModelCheckpoint(save_top_k=K, monitor="step", mode="max") deletes old checkpoints through the IO."""
     io = _save_series(tmp_path, steps=(2, 4))

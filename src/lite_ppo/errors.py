@@ -11,9 +11,14 @@ Example:
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import re
 
-__all__ = ["OneLineParser", "UserError", "name_the_option", "one_line", "parser_message"]
+__all__ = ["OneLineParser", "UserError", "name_the_option", "one_line", "parser_message", "storage_error"]
+
+# A write the filesystem refused: nothing in the program is wrong, so one line says which file and why.
+STORAGE_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES})
 
 
 class UserError(ValueError):
@@ -22,6 +27,30 @@ class UserError(ValueError):
 
 # jsonargparse's list of the forms a class-typed value may take, appended to a constructor's own error.
 _ACCEPTED_FORMS = re.compile(r"\s*(Not a valid subclass of |a class path \(str\)|a dict with|a dict without)")
+
+
+def storage_error(err: BaseException | None) -> OSError | None:
+    """The ``OSError`` of a refused write (read-only filesystem, full disk, quota, permission) that
+    ``err`` is or was raised from (its ``__cause__``/``__context__`` chain: Lightning wraps a logger's
+    failed write in a ValueError), else None.
+
+    Example:
+        >>> storage_error(OSError(errno.EROFS, "Read-only file system", "/runs/x")).filename
+        '/runs/x'
+    """
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in STORAGE_ERRNOS:
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def storage_message(err: OSError) -> str:
+    """``writing '<file>' failed: Read-only file system`` (one line)."""
+    where = f"writing {os.fsdecode(err.filename)!r}" if err.filename else "a write"
+    return f"{where} failed: {err.strerror or err}"
 
 
 def parser_message(message: str) -> str:

@@ -5,6 +5,7 @@ Importable by class_path when ``tests/`` is on PYTHONPATH (the subprocess fits s
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import torch
@@ -75,13 +76,14 @@ class DenyWritesAfter(Callback):
                 raise PermissionError(13, "Permission denied", str(file))
             return original(file, mode, *args, **kwargs)
 
-        builtins.open = guarded_open
+        builtins.open = io.open = guarded_open  # io.open: pathlib and TensorBoard's writer open through it
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
         import builtins
 
         if self._original is not None:
-            builtins.open, self._original = self._original, None
+            builtins.open = io.open = self._original
+            self._original = None
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self.teardown(trainer, pl_module, "fit")

@@ -24,10 +24,11 @@ import importlib
 import os
 import re
 import sys
+import threading
 from dataclasses import dataclass
 
 from lite_ppo.cli.allocator import retain_freed_memory
-from lite_ppo.errors import UserError, one_line, parser_message
+from lite_ppo.errors import UserError, one_line, parser_message, storage_error, storage_message
 
 __all__ = ["COMMANDS", "REMOVED", "Command", "main"]
 
@@ -187,6 +188,7 @@ def _run(argv: list[str] | None) -> int | None:
             if status is not None:
                 raise SystemExit(status)
         function = _load(command.target)
+        quiet_storage_errors_in_threads()
         # Before the command allocates anything large: freed memory stays for the next tensor
         # (lite_ppo.cli.allocator; LITE_PPO_RETAIN_FREED_MEMORY=0 turns it off).
         retain_freed_memory()
@@ -217,7 +219,28 @@ def user_error_message(err: BaseException, prog: str = PROG) -> str | None:
             key = re.match(r'\s*Parser key "([^"]+)":', str(err))
             return f"{key.group(1) + ': ' if key else ''}{problem} (`{prog} --help` lists the options)"
         return f"{parser_message(str(err))} (`{prog} --help` lists the options)"
+    refused = storage_error(err)
+    if refused is not None:  # the filesystem turned read-only or full: the run stops, what was saved stays
+        return f"{storage_message(refused)}; the run stopped here (files written before, checkpoints too, are kept)"
     return None
+
+
+def quiet_storage_errors_in_threads() -> None:
+    """A writer thread (TensorBoard's event writer) whose write the filesystem refuses prints one
+    warning line instead of a traceback; the main thread stops with one line at its next write."""
+    previous = threading.excepthook
+    if getattr(previous, "lite_ppo_storage_hook", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        refused = storage_error(args.exc_value)
+        if refused is None:
+            previous(args)
+            return
+        print(f"{PROG}: warning: {storage_message(refused)} (in a background writer)", file=sys.stderr, flush=True)
+
+    hook.lite_ppo_storage_hook = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 def class_path_problem(err: BaseException) -> str | None:

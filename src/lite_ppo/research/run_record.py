@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 from importlib import metadata
@@ -18,6 +19,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
+from lite_ppo.errors import storage_message
 from lite_ppo.research.run_folder import RUN_FILE, RunDir
 
 __all__ = ["RUN_FILE", "STATUS_INTERRUPTED", "RunRecord", "process_gone", "read_run_record"]
@@ -157,7 +159,10 @@ class RunRecord(Callback):
             self.record["checkpoint"] = _resumable_checkpoint(trainer)
             self._finish(trainer, STATUS_INTERRUPTED, f"stopped by {how}")
             return
-        self._finish(trainer, STATUS_FAILED, f"{type(exception).__name__}: {exception}"[:500])
+        try:
+            self._finish(trainer, STATUS_FAILED, f"{type(exception).__name__}: {exception}"[:500])
+        except OSError as error:  # the folder itself refuses writes (read-only, full): keep the run's own error
+            print(f"lite-ppo: warning: run.json not updated: {storage_message(error)}", file=sys.stderr, flush=True)
 
     def _finish(self, trainer: Trainer, status: str, error: str | None) -> None:
         if self.path is None:
