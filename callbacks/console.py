@@ -169,17 +169,24 @@ class ConsoleProgressBar(RichProgressBar):
 
     @override
     def _stop_progress(self) -> None:
-        if self._ticker is not None:
-            self._ticker.stop()
-            self._ticker = None
+        self._stop_ticker()
         super()._stop_progress()
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self._stop_ticker()
+        super().teardown(trainer, pl_module, stage)
+
+    def _stop_ticker(self) -> None:
         if self._ticker is not None:
             self._ticker.stop()
             self._ticker = None
-        super().teardown(trainer, pl_module, stage)
+
+    @override
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["_ticker"] = None  # a thread does not pickle (spawned processes start their own)
+        return state
 
     @override
     def _get_train_description(self, current_epoch: int) -> str:

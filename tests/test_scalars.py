@@ -335,6 +335,12 @@ def test_the_clock_ticks_inside_a_phase():
     ticker.stop()
     ticker.join(timeout=5)
     assert len(asked) >= 3 and not ticker.is_alive()
+    # A bar with a running ticker still pickles (spawned processes copy the callbacks).
+    import pickle
+
+    bar = ConsoleProgressBar()
+    bar._ticker = _Ticker(bar)
+    assert pickle.loads(pickle.dumps(bar))._ticker is None
 
 
 def test_the_model_summary_is_one_line_and_start_up_noise_is_filtered():
