@@ -239,7 +239,9 @@ def load_benchmark_config(
         return [], None
     if isinstance(source, (str, os.PathLike)):
         path = Path(os.path.expanduser(str(source)))
-        if path.suffix.lower() in (".yaml", ".yml") or (path.exists() and not is_generated(str(source))):
+        names = [name.strip() for name in str(source).split(",")]
+        named = all(is_generated(n) or n in GENERATED_ALIASES or n == "paper" or n in _BY_NAME for n in names)
+        if path.suffix.lower() in (".yaml", ".yml") or (path.is_file() and not named):
             return _load_yaml(path)
         return parse_benchmark_list(
             [name.strip() for name in str(source).split(",") if name.strip()], "benchmarks"
