@@ -242,7 +242,7 @@ def test_the_whole_run_folder_turning_read_only_is_one_line_per_writer(tmp_path,
     err = capsys.readouterr().err
     assert "Traceback" not in err and "Exception in thread" not in err, err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("lite-ppo fit: error: writing ") and "Permission denied" in last, last
+    assert last.startswith("lite-ppo fit: error: cannot access ") and "Permission denied" in last, last
 
 
 def test_a_refused_write_is_a_user_error_wherever_it_is_wrapped(capsys):
@@ -258,7 +258,7 @@ def test_a_refused_write_is_a_user_error_wherever_it_is_wrapped(capsys):
             raise ValueError("you tried to log 0.5 which is currently not supported") from error
     except ValueError as wrapped:
         message = user_error_message(wrapped)
-    assert message.startswith("writing '/runs/x/events.out' failed: Read-only file system"), message
+    assert message.startswith("cannot write '/runs/x/events.out': Read-only file system"), message
     assert user_error_message(OSError(errno.ENOENT, "No such file or directory", "x")) is None  # a bug: traceback
 
     previous = threading.excepthook
@@ -275,7 +275,7 @@ def test_a_refused_write_is_a_user_error_wherever_it_is_wrapped(capsys):
         threading.excepthook = previous
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        "lite-ppo: warning: writing '/runs/x/events.out' failed: No space left on device (in a background writer)"
+        "lite-ppo: warning: cannot write '/runs/x/events.out': No space left on device (in a background writer)"
     ]
 
 

@@ -15,7 +15,15 @@ import errno
 import os
 import re
 
-__all__ = ["OneLineParser", "UserError", "name_the_option", "one_line", "parser_message", "storage_error"]
+__all__ = [
+    "OneLineParser",
+    "UserError",
+    "name_the_option",
+    "one_line",
+    "parser_message",
+    "storage_error",
+    "storage_message",
+]
 
 # A write the filesystem refused: nothing in the program is wrong, so one line says which file and why.
 STORAGE_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES})
@@ -48,9 +56,10 @@ def storage_error(err: BaseException | None) -> OSError | None:
 
 
 def storage_message(err: OSError) -> str:
-    """``writing '<file>' failed: Read-only file system`` (one line)."""
-    where = f"writing {os.fsdecode(err.filename)!r}" if err.filename else "a write"
-    return f"{where} failed: {err.strerror or err}"
+    """``cannot write '<file>': Read-only file system`` (one line; ``cannot access`` for a permission)."""
+    verb = "cannot access" if err.errno == errno.EACCES else "cannot write"
+    where = f" {os.fsdecode(err.filename)!r}" if err.filename else ""
+    return f"{verb}{where}: {err.strerror or err}"
 
 
 def parser_message(message: str) -> str:

@@ -221,7 +221,7 @@ def user_error_message(err: BaseException, prog: str = PROG) -> str | None:
         return f"{parser_message(str(err))} (`{prog} --help` lists the options)"
     refused = storage_error(err)
     if refused is not None:  # the filesystem turned read-only or full: the run stops, what was saved stays
-        return f"{storage_message(refused)}; the run stopped here (files written before, checkpoints too, are kept)"
+        return f"{storage_message(refused)} (it stopped here; the files written before, checkpoints too, are kept)"
     return None
 
 
