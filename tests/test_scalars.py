@@ -44,6 +44,7 @@ class PhaseSpy(Technique):
     live: list[dict] = []
     correct_matches_status: list[bool] = []
     callback_types: set[str] = set()
+    clock_ticking: list[bool] = []
 
     def _bar(self, trainer) -> ConsoleProgressBar:
         bar = trainer.progress_bar_callback
@@ -55,6 +56,8 @@ class PhaseSpy(Technique):
 
     def on_rollout(self, trainer, module, batch) -> None:
         PhaseSpy.callback_types |= {type(cb).__name__ for cb in trainer.callbacks}
+        ticker = self._bar(trainer)._ticker  # the bar's clock runs during the step
+        PhaseSpy.clock_ticking.append(ticker is not None and ticker.is_alive())
         self._record(trainer)  # scoring has just finished
         PhaseSpy.live.append(dict(self._bar(trainer).get_metrics(trainer, module)))
         PhaseSpy.correct_matches_status.append(batch.correct.tolist() == [s == "correct" for s in batch.reward_status])
@@ -77,6 +80,7 @@ def tiny_run(tmp_path_factory, tiny_model_path):
     tmp = tmp_path_factory.mktemp("scalars")
     PhaseSpy.descriptions, PhaseSpy.live, PhaseSpy.correct_matches_status = [], [], []
     PhaseSpy.callback_types = set()
+    PhaseSpy.clock_ticking = []
     this = sys.modules[__name__].__name__
     main(
         [
@@ -223,6 +227,7 @@ def test_the_bar_names_each_phase_and_shows_the_live_metrics(tiny_run):
     assert all(PhaseSpy.correct_matches_status) and len(PhaseSpy.correct_matches_status) == STEPS
     # lite-ppo's one-line model summary replaces Lightning's table (whose FLOPs read 0)
     assert "PolicySummary" in PhaseSpy.callback_types and "RichModelSummary" not in PhaseSpy.callback_types
+    assert PhaseSpy.clock_ticking == [True] * STEPS
 
 
 def test_summary_line_and_phase_text():
