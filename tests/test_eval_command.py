@@ -471,6 +471,7 @@ def test_evaluate_scores_a_testbed_model_on_the_held_out_split_its_run_evaluates
     ("benchmarks", "expected"),
     [
         ("testbed:huge", "unknown testbed tier 'huge'; use one of testbed:easy, testbed:medium, testbed:hard"),
+        ("synthetic:hardd", "unknown synthetic tier 'hardd' (did you mean synthetic:hard?)"),
         ("synthetic:hard,math5000", "unknown benchmark 'math5000' (did you mean 'math500'?)"),
     ],
 )

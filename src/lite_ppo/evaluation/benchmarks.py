@@ -102,8 +102,10 @@ class BenchmarkSpec:
         if is_generated(self.file):
             family, _, tier = self.file.partition(":")
             if tier not in TIERS:
+                close = difflib.get_close_matches(tier, TIERS, n=1)
                 raise UserError(
-                    f"benchmark {self.name!r}: unknown {family} tier {tier!r}; use one of "
+                    f"benchmark {self.name!r}: unknown {family} tier {tier!r}"
+                    f"{f' (did you mean {family}:{close[0]}?)' if close else ''}; use one of "
                     f"{', '.join(f'{family}:{t}' for t in TIERS)}"
                 )
             if self.dataset is not None:
