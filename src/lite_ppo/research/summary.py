@@ -197,7 +197,7 @@ def _factorial_section(
         )
         values: dict[tuple[str, ...], dict[int, float]] = {}
         for cell, group in design.cells.items():
-            per_seed: dict[int, list[float]] = {}
+            seeds, scores = [], []
             for run in group.runs:
                 if run.seed is None:
                     continue
@@ -207,8 +207,9 @@ def _factorial_section(
                     series = tables[run.path].get(REWARD_ACCURACY)
                     value = series.finite().last() if series is not None and len(series.finite()) else None
                 if value is not None:
-                    per_seed.setdefault(run.seed, []).append(value)
-            values[cell] = {seed: float(np.mean(v)) for seed, v in per_seed.items()}  # a repeated seed: its mean
+                    seeds.append(run.seed)
+                    scores.append(value)
+            values[cell] = dict(zip(dict.fromkeys(seeds), one_per_seed(seeds, scores)))  # a repeated seed: its mean
         result = effects(values, design.factors)
         for effect in [*result["main_effects"], *result["interactions"], *result["simple_effects"]]:
             per_seed = effect["per_seed"]
