@@ -326,11 +326,11 @@ def _rate(flags: torch.Tensor, among: torch.Tensor) -> float:
 
 def _evaluated(trainer: Trainer) -> tuple[list[str], bool]:
     """The run's training tiers (the datamodule's sources: their held-out accuracy is charted) and
-    whether it evaluates any benchmark (an ``Evaluation`` with benchmarks; else no average is logged)."""
-    from lite_ppo.callbacks.evaluation import Evaluation
-
-    tiers = list(getattr(getattr(trainer, "datamodule", None), "sources", None) or {})
-    benchmarks = any(isinstance(cb, Evaluation) and cb.specs for cb in trainer.callbacks)
+    whether its validation includes any benchmark (sets given to the data module's
+    ``configure_validation``, as the ``Evaluation`` callback does; else no average is logged)."""
+    datamodule = getattr(trainer, "datamodule", None)
+    tiers = list(getattr(datamodule, "sources", None) or {})
+    benchmarks = bool(getattr(datamodule, "validation_sets", None))
     return tiers, benchmarks
 
 

@@ -11,13 +11,13 @@ from typing import Any
 from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
 
-from lite_ppo.callbacks.rollout import Rollout
 from lite_ppo.errors import UserError
 from lite_ppo.evaluation.benchmarks import apply_limit, load_benchmark_config, load_benchmarks, resolve_data_dir
 from lite_ppo.evaluation.metrics import flatten
 from lite_ppo.evaluation.report import comparison_table, table_columns, text_table, write_jsonl, write_report
 from lite_ppo.evaluation.results import GroupMetrics, problem_results, response_records
 from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
+from lite_ppo.rollout.settings import RunSettings
 from lite_ppo.strategies.ranks import Ranks
 
 HELDOUT_DIR = "heldout"  # <run folder>/heldout/step_<step>.json: per-problem held-out results
@@ -122,6 +122,7 @@ class Evaluation(Callback):
         self.benchmarks: list | None = None  # (spec, problems) once loaded
         self.metrics: GroupMetrics | None = None
         self.tier_metrics: GroupMetrics | None = None
+        self._tiers: list[str] = []  # the data module's held-out tiers, read at setup
         self.before: dict[str, Any] | None = None  # results of the pre-training (sanity) evaluation
         self.history: list[dict[str, Any]] = []  # {"step", "results", "tiers"} of every full validation
         self._batches_seen = 0
@@ -140,24 +141,6 @@ class Evaluation(Callback):
             # Read every file now, so a missing or malformed one fails before any training.
             # No benchmarks (only the held-out training tiers): no data folder is needed.
             self.benchmarks = load_benchmarks(self.specs, resolve_data_dir(None, self.data_dir)) if self.specs else []
-        rollout = next((cb for cb in trainer.callbacks if isinstance(cb, Rollout)), None)
-        if rollout is None:
-            raise ValueError(
-                "Evaluation needs the lite_ppo.callbacks.Rollout callback (it generates the validation responses)"
-            )
-        n = rollout.eval_sampling.n
-        if self.pass_k and max(self.pass_k) > n:
-            raise UserError(
-                f"Evaluation.pass_k={self.pass_k} needs rollout.eval_sampling.n >= {max(self.pass_k)} "
-                f"samples per problem, got n={n}"
-            )
-        self.metrics = GroupMetrics(
-            [s.name for s, _ in self.benchmarks],
-            num_samples=n,
-            ks=self.pass_k,
-            averaged=[s.name for s, _ in self.benchmarks if s.in_average],
-        )
-        self.tier_metrics = GroupMetrics([], num_samples=n, ks=self.pass_k)
         if (
             stage == "fit"
             and self.evaluate_before_training
@@ -179,14 +162,35 @@ class Evaluation(Callback):
         datamodule.configure_validation(
             [(spec.name, problems) for spec, problems in self.benchmarks], self.batch_size, held_out=self.tier_split
         )
-        if self.tier_split:
-            # Every rank must know every tier (metrics sync tier by tier): ask the data module.
-            for tier in dict.fromkeys(p.tier for p in datamodule.held_out()):
-                self.tier_metrics.add_group(tier)
+        # Every rank must know every tier (metrics sync tier by tier): ask the data module.
+        self._tiers = list(dict.fromkeys(p.tier for p in datamodule.held_out())) if self.tier_split else []
+
+    def configure_run(self, settings: RunSettings) -> None:
+        """The metrics, sized by ``rollout.eval_sampling.n`` (handed over by the module after setup)."""
+        n = settings.eval_sampling.n
+        if self.pass_k and max(self.pass_k) > n:
+            raise UserError(
+                f"Evaluation.pass_k={self.pass_k} needs rollout.eval_sampling.n >= {max(self.pass_k)} "
+                f"samples per problem, got n={n}"
+            )
+        self.metrics = GroupMetrics(
+            [s.name for s, _ in self.benchmarks],
+            num_samples=n,
+            ks=self.pass_k,
+            averaged=[s.name for s, _ in self.benchmarks if s.in_average],
+        )
+        self.tier_metrics = GroupMetrics([], num_samples=n, ks=self.pass_k)
+        for tier in self._tiers:
+            self.tier_metrics.add_group(tier)
 
     # ------------------------------------------------------------------ validation
     @override
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.metrics is None:
+            raise UserError(
+                "Evaluation needs the rollout settings (rollout.eval_sampling): add lite_ppo.callbacks.Rollout "
+                "under trainer.callbacks"
+            )
         device = trainer.strategy.root_device
         for metrics in (self.metrics, self.tier_metrics):
             metrics.reset()

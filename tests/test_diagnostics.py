@@ -180,3 +180,18 @@ def test_hparams_leave_out_lightning_entries_and_show_booleans_as_words():
     assert params["model/lr"] == 1e-6 and params["model/pack_prompts"] == "true"
     assert params["technique/AdvantageNormalization/count_truncated"] == "false"
     assert params["techniques"] == "AdvantageNormalization"
+
+
+def test_the_benchmark_average_chart_follows_what_the_data_module_validates():
+    """The TensorBoard layout charts a benchmark average only when validation includes a benchmark:
+    Diagnostics asks the data module (the sets given to ``configure_validation``), not a sibling callback."""
+    from lite_ppo.callbacks.diagnostics import _evaluated
+    from lite_ppo.data import MathDataModule, Problem
+
+    datamodule = MathDataModule(prompts_per_step=4, val_size=1)
+    trainer = SimpleNamespace(datamodule=datamodule, callbacks=[])
+    assert _evaluated(trainer) == (["easy", "medium", "hard"], False)
+    datamodule.configure_validation([], batch_size=2)  # held-out tiers only, as `lite-ppo fit` by default
+    assert _evaluated(trainer)[1] is False
+    datamodule.configure_validation([("mini", [Problem("m1", "1 + 1?", "2", "mini")])], batch_size=2)
+    assert datamodule.validation_sets == ["mini"] and _evaluated(trainer)[1] is True

@@ -492,7 +492,7 @@ def test_evaluation_setup_configures_the_data_module_and_patches_nothing(tmp_pat
     dm = MathDataModule(prompts_per_step=4, val_size=1)
     dm.setup("validate")
     trainer = SimpleNamespace(
-        callbacks=[Rollout(engine=ScriptedEngine([]))],
+        callbacks=[],
         datamodule=dm,
         num_sanity_val_steps=0,
         fast_dev_run=False,
@@ -505,7 +505,17 @@ def test_evaluation_setup_configures_the_data_module_and_patches_nothing(tmp_pat
     assert "val_dataloader" not in vars(dm) and trainer.num_sanity_val_steps == 0
     served = [(item.get("benchmark"), len(item["problems"])) for item in dm.val_dataloader()]
     assert served == [(None, 3), ("mini", 2), ("mini", 1)]
-    assert evaluation.tier_metrics.groups == ["easy", "medium", "hard"]
+    # The metrics come with the run's settings (LitePPO.setup hands them over after every callback's
+    # setup): sized by eval_sampling.n, one group per held-out tier; no other callback looked up.
+    assert evaluation.metrics is None
+    evaluation.configure_run(Rollout(engine=ScriptedEngine([]), eval_sampling=SamplingConfig(n=3)).settings)
+    assert evaluation.tier_metrics.groups == ["easy", "medium", "hard"] and evaluation.metrics.groups == ["mini"]
+    assert evaluation.tier_metrics.num_samples == evaluation.metrics.num_samples == 3
+    too_few = r"pass_k=\[4\] needs rollout.eval_sampling.n >= 4 samples per problem, got n=3"
+    with pytest.raises(UserError, match=too_few):
+        Evaluation(benchmarks=[], pass_k=[4]).configure_run(
+            Rollout(engine=ScriptedEngine([]), eval_sampling=SamplingConfig(n=3)).settings
+        )
 
     before = Evaluation(benchmarks=[], evaluate_before_training=True)
     with pytest.raises(UserError, match="num_sanity_val_steps=-1"):

@@ -306,3 +306,50 @@ def test_phase_listeners_are_declared():
 
     assert isinstance(ConsoleProgressBar(), PhaseListener) and isinstance(Technique(), PhaseListener)
     assert not isinstance(Callback(), PhaseListener)
+
+
+def _sibling_lookups(path) -> list[int]:
+    """Lines where a callback file searches ``trainer.callbacks`` for a callback of some kind
+    (``isinstance``/``hasattr``/``getattr`` on the elements of ``trainer.callbacks``)."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    lines = []
+    for node in ast.walk(tree):
+        loops = node.generators if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)) else []
+        loops = loops + ([node] if isinstance(node, ast.For) else [])
+        for loop in loops:
+            over = loop.iter
+            if not (isinstance(over, ast.Attribute) and over.attr == "callbacks"):
+                continue
+            probes = [
+                call
+                for call in ast.walk(node)
+                if isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Name)
+                and call.func.id in ("isinstance", "hasattr", "getattr")
+            ]
+            if probes:
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_no_shipped_callback_looks_up_another():
+    """Settings come from their owner through the module (``configure_run``), conflicts are declared on
+    the technique (``conflicts_with``): no shipped callback searches ``trainer.callbacks`` for a sibling."""
+    from helpers.paths import REPO
+
+    found = {path.name: _sibling_lookups(path) for path in sorted((REPO / "callbacks").glob("*.py"))}
+    assert not {name: lines for name, lines in found.items() if lines}
+
+
+def test_the_sibling_check_sees_a_lookup(tmp_path):
+    source = tmp_path / "mine.py"
+    source.write_text(
+        "def setup(self, trainer, pl_module, stage):\n"
+        "    rollout = next(cb for cb in trainer.callbacks if isinstance(cb, Rollout))\n"
+        "    for cb in trainer.callbacks:\n"
+        "        if hasattr(cb, 'sampling'):\n"
+        "            pass\n"
+    )
+    assert _sibling_lookups(source) == [2, 3]

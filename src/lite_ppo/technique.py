@@ -182,9 +182,11 @@ class Technique(Callback):
 
     # -- fit start -------------------------------------------------------------------------------
     def configure_run(self, settings: RunSettings) -> None:
-        """Once, at fit setup, before any weights load: the run's rollout settings (sampling, the
-        generation budget, the engine; :class:`~lite_ppo.rollout.settings.RunSettings`). Check what
-        the technique needs of them here (an error then stops the run before it starts)."""
+        """Once, at setup (fit, validate), before any weights load: the run's rollout settings
+        (sampling, the generation budget, the engine; :class:`~lite_ppo.rollout.settings.RunSettings`).
+        Check what the technique needs of them here (an error then stops the run before it starts).
+        Any callback that declares this method receives them (a
+        :class:`~lite_ppo.rollout.settings.SettingsListener`): none looks up the rollout callback."""
 
     # -- rollout callback ------------------------------------------------------------------------
     def shape_rewards(
@@ -298,7 +300,7 @@ class HookDoc:
 HOOK_ORDER: tuple[HookDoc, ...] = (
     HookDoc(
         "configure_run(settings)",
-        "once, at fit setup (before any weights load)",
+        "once, at setup (fit, validate; before any weights load)",
         "nothing: the run's `RunSettings` (sampling, generation budget, engine) to check and keep",
         "a generation budget (Dr. GRPO), an overlong limit, an engine requirement",
     ),

@@ -230,6 +230,11 @@ class MathDataModule(LightningDataModule):
         self._problem_set_batch_size = batch_size
         self._validate_held_out = held_out
 
+    @property
+    def validation_sets(self) -> list[str]:
+        """The names of the problem sets given to :meth:`configure_validation` (none: [])."""
+        return [name for name, _ in self._problem_sets or []]
+
     def val_dataloader(self) -> DataLoader | list:
         """The held-out problems in batches of ``val_batch_size``, each sliced across ranks, then
         the batches of the sets given to :meth:`configure_validation`.

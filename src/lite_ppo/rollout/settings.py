@@ -3,12 +3,15 @@
 The rollout callback owns the engine and the sampling settings; a technique that needs them (the
 generation budget of Dr. GRPO's aggregation, the overlong penalty's max length, whether the engine
 reports log-probs) receives a :class:`RunSettings` in ``Technique.configure_run`` instead of
-searching ``trainer.callbacks`` for the rollout callback.
+searching ``trainer.callbacks`` for the rollout callback. Any other callback that declares the same
+method (:class:`SettingsListener`: the ``Evaluation`` callback sizes its metrics by
+``eval_sampling.n``) receives them too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from lite_ppo.rollout.engine import SamplingConfig
 
@@ -33,3 +36,12 @@ class RunSettings:
     def max_new_tokens(self) -> int:
         """The training generation budget (tokens per response)."""
         return int(self.sampling.max_new_tokens)
+
+
+@runtime_checkable
+class SettingsListener(Protocol):
+    """A callback handed the run's :class:`RunSettings` once, at setup, after every callback's own
+    ``setup`` (``LitePPO.setup`` calls it, in callback order). Every technique is one
+    (``Technique.configure_run``, a no-op by default)."""
+
+    def configure_run(self, settings: RunSettings) -> None: ...

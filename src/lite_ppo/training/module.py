@@ -22,6 +22,7 @@ from lite_ppo.ops import (
 )
 from lite_ppo.policy_module import PhaseListener
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.rollout.settings import SettingsListener
 from lite_ppo.step_metrics import StepMetrics
 from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.strategies.zero import (
@@ -208,13 +209,15 @@ class LitePPO(LightningModule):
         # before configure_model: refuse settings that cannot work while no weights have loaded
         # yet (lite_ppo.training.preflight says what is checked).
         self.rollout_source  # noqa: B018  (a run without a rollout callback stops here, not at step 1)
+        # The rollout settings, resolved once by their owner and handed to every callback that
+        # declares configure_run (every technique, the evaluation), so none looks up another.
+        settings = getattr(self.rollout_source, "settings", None)  # a test's fixed batches have none
+        if settings is not None:
+            for callback in self.trainer.callbacks:
+                if isinstance(callback, SettingsListener):
+                    callback.configure_run(settings)
         if stage == "fit":
             techniques = techniques_of(self.trainer)
-            # The rollout settings, resolved once by their owner and handed to every technique.
-            settings = getattr(self.rollout_source, "settings", None)  # a test's fixed batches have none
-            if settings is not None:
-                for technique in techniques:
-                    technique.configure_run(settings)
             check_fit_settings(self.trainer, self)
             # A misspelt hook, a repeated or conflicting technique, no / two advantage estimators
             # fail here, naming the techniques, before the weights load.

@@ -51,13 +51,13 @@ def check_fit_settings(trainer: Trainer, module: LightningModule) -> None:
     """Raise a one-line :class:`UserError` for the first invalid or incompatible setting.
 
     Reads ``module.hparams`` (the LitePPO settings), the trainer (world size, budget), the data
-    module's ``prompts_per_step`` and the ``Rollout`` callback's sampling settings when present.
+    module's ``prompts_per_step`` and the registered rollout source's sampling settings when it generates.
     """
     hp = module.hparams
     _check_optimization(hp, trainer)
     _check_techniques(hp, trainer)
     _check_lora(hp, trainer)
-    rollout = _rollout_callback(trainer)
+    rollout = _generating_source(module)
     _check_batch_shape(hp, trainer, rollout)
     note = short_run_note(trainer, hp.num_mini_batches)
     if note and trainer.is_global_zero:
@@ -191,9 +191,10 @@ def _check_context(model_path: str, rollout: Any) -> None:
             )
 
 
-def _rollout_callback(trainer: Trainer) -> Any:
-    """The callback that produces rollouts (it holds a RolloutProducer). Found by what it holds,
-    not by its class, so the module side never imports ``lite_ppo.callbacks``."""
+def _generating_source(module: LightningModule) -> Any:
+    """The module's registered rollout source when it generates (it holds a RolloutProducer: the
+    ``Rollout`` callback); None for a source of fixed batches, whose settings there is nothing to check."""
     from lite_ppo.rollout.producer import RolloutProducer
 
-    return next((cb for cb in trainer.callbacks if isinstance(getattr(cb, "producer", None), RolloutProducer)), None)
+    source = module.rollout_source
+    return source if isinstance(getattr(source, "producer", None), RolloutProducer) else None
