@@ -35,6 +35,7 @@ from lite_ppo.callbacks.diagnostics import Diagnostics
 from lite_ppo.callbacks.evaluation import Evaluation
 from lite_ppo.callbacks.rollout import Rollout
 from lite_ppo.cli.compose import compose_callbacks
+from lite_ppo.cli.machine_load import machine_load_note
 from lite_ppo.data.datamodule import MathDataModule
 from lite_ppo.data.seeding import run_seed
 from lite_ppo.errors import UserError, name_the_option, parser_message
@@ -164,6 +165,9 @@ class LitePPOCLI(LightningCLI):
             # Rank 0 claims the folder now (created: a second run started at once gets seed<S>-1);
             # the other ranks only name it (rank 0's folder is what Lightning broadcasts).
             self.run_dir, self.created_run_dir = prepare_fit_run(self.config["fit"], claim=rank_zero_only.rank == 0)
+            note = machine_load_note() if rank_zero_only.rank == 0 else None
+            if note:
+                print(f"lite-ppo fit: note: {note}", file=sys.stderr, flush=True)
         elif self.subcommand in ("validate", "test"):
             self.evaluation_dir = configure_evaluation_dir(config, self.subcommand)
             limit = config.get("limit")
