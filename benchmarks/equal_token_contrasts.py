@@ -1,0 +1,110 @@
+"""Held-out accuracy of a study's cells, paired by seed, after the last step and at equal generated tokens.
+
+The per-token rule of docs/takeaways.md (studies (v) and R2-5), fixed before their runs: for each seed the
+budget B is the fewest tokens any cell generated in its whole run, and each cell is scored at its last
+held-out evaluation with at most B tokens generated before it. Accuracy is pooled over the held-out tiers
+(weighted by their problems); each contrast is the one-sample t-test (scipy) on the per-seed differences,
+with its minimum detectable effect at 80 % power (lite_ppo.research.power). Also prints, per cell, the mean
+of last-step mechanism scalars. Reads the runs' TensorBoard scalars; trains nothing.
+
+    .venv/bin/python benchmarks/equal_token_contrasts.py runs/r2_recipes --order lite_ppo dapo grpo
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from collections import defaultdict
+
+import numpy as np
+from scipy import stats
+
+from lite_ppo import metric_names as names
+from lite_ppo.research.compute_axis import AXES, cumulative, x_at
+from lite_ppo.research.power import mde_contrast
+from lite_ppo.research.runs import find_runs, group_runs
+from lite_ppo.research.scalars import read_scalars
+
+MECHANISM = (
+    names.RESPONSE_LENGTH,
+    names.TRUNCATION_RATE,
+    names.ENTROPY,
+    names.GROUPS_MIXED,
+)
+
+
+def pooled_heldout(table) -> tuple[np.ndarray, np.ndarray]:
+    """Steps of the held-out evaluations and the accuracy pooled over the tiers (problem-weighted)."""
+    tiers = sorted({tag.split("/")[1] for tag in table if tag.startswith("val/") and tag.endswith("/accuracy")})
+    steps = table[f"val/{tiers[0]}/accuracy"].steps
+    correct = sum(table[f"val/{t}/accuracy"].values * table[f"val/{t}/num_problems"].values for t in tiers)
+    problems = sum(table[f"val/{t}/num_problems"].values for t in tiers)
+    return steps, correct / problems
+
+
+def contrast(diffs: list[float]) -> str:
+    d = np.asarray(diffs)
+    mean, sd, n = d.mean(), d.std(ddof=1), len(d)
+    half = stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n)
+    p = stats.ttest_1samp(d, 0.0).pvalue
+    return f"{mean:+.4f} [{mean - half:+.4f}, {mean + half:+.4f}], p = {p:.2g}, MDE {mde_contrast(n, sd):.4f} (n = {n})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("study", help="a sweep's --out folder")
+    parser.add_argument(
+        "--order", nargs="+", default=[], help="recipes (group labels' first part) in the order A - B is read"
+    )
+    args = parser.parse_args()
+    cells: dict[str, dict[int, dict]] = defaultdict(dict)
+    for group in group_runs(find_runs([args.study])):
+        for run in group.runs:
+            if (run.record or {}).get("status") != "finished":
+                continue  # running, failed or interrupted: not scored
+            table = read_scalars(run.path)
+            steps, accuracy = pooled_heldout(table)
+            tokens = x_at(steps, cumulative(table, AXES["tokens"], run.path))
+            total = float(table[names.GENERATED_TOKENS].values.sum())
+            last = {tag: float(table[tag].values[-1]) for tag in MECHANISM if tag in table}
+            cells[group.label][run.seed] = {"steps": steps, "acc": accuracy, "tokens": tokens, "total": total, **last}
+    seeds = sorted(set.intersection(*(set(runs) for runs in cells.values())))
+    print(f"{len(seeds)} seeds in every cell: {seeds}")
+    budget = {seed: min(cells[c][seed]["total"] for c in cells) for seed in seeds}
+    at_budget = {}
+    for cell, runs in cells.items():
+        at_budget[cell] = {}
+        for seed in seeds:
+            run = runs[seed]
+            within = np.flatnonzero(run["tokens"] <= budget[seed])
+            at_budget[cell][seed] = (run["acc"][within[-1]], int(run["steps"][within[-1]])) if len(within) else None
+        rows = [r for r in runs.values()]
+        print(
+            f"\n{cell}: last-step held-out {np.mean([r['acc'][-1] for r in rows]):.4f}, "
+            f"tokens per run {np.mean([r['total'] for r in rows]):.3g}"
+        )
+        for i, step in enumerate(rows[0]["steps"]):
+            accuracy, tokens = np.mean([r["acc"][i] for r in rows]), np.mean([r["tokens"][i] for r in rows])
+            print(f"  after step {step}: held-out {accuracy:.4f} ({tokens:.3g} tokens before it)")
+        for tag in MECHANISM:
+            print(f"  last step {tag}: {np.mean([r[tag] for r in rows if tag in r]):.4f}")
+        chosen = [at_budget[cell][s][1] for s in seeds if at_budget[cell][s] is not None]
+        print(f"  at equal tokens scored after steps {sorted(set(chosen))} (counts {np.bincount(chosen).tolist()})")
+    print(f"\nbudget B per seed: {min(budget.values()):.3g}-{max(budget.values()):.3g} tokens")
+    rank = {
+        label: (args.order.index(label.split("/")[0]) if label.split("/")[0] in args.order else len(args.order), label)
+        for label in cells
+    }
+    for a, b in itertools.combinations(sorted(cells, key=rank.get), 2):
+        last = [cells[a][s]["acc"][-1] - cells[b][s]["acc"][-1] for s in seeds]
+        both = [s for s in seeds if at_budget[a][s] and at_budget[b][s]]
+        equal = [at_budget[a][s][0] - at_budget[b][s][0] for s in both]
+        print(f"\n{a} - {b}\n  after the last step: {contrast(last)}\n  at equal tokens:     {contrast(equal)}")
+        for tag in MECHANISM:
+            d = [cells[a][s][tag] - cells[b][s][tag] for s in seeds if tag in cells[a][s]]
+            if d:
+                print(f"  last step {tag}: {np.mean(d):+.4f} (p = {stats.ttest_1samp(d, 0.0).pvalue:.2g})")
+
+
+if __name__ == "__main__":
+    main()
