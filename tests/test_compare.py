@@ -702,3 +702,41 @@ def test_runs_that_share_a_seed_count_once_as_their_mean(scored_runs, tmp_path, 
     assert pair["final"]["p"] == pytest.approx(p, abs=1e-5) and pair["final"]["ci"] == pytest.approx(
         [low, high], abs=1e-5
     )
+
+
+def test_group_labels_name_the_technique_and_the_setting_that_differ(tmp_path):
+    """Two groups of one recipe and model, one with ClipHigher added at the front of the callback list and
+    a different lr: the label names the technique and the lr, not the shifted list indices of every
+    callback after it (which took the first three places and cut the rest off)."""
+    from lite_ppo.research.runs import Run, group_runs
+
+    def config(callbacks, lr):
+        return {
+            "recipe": "lite_ppo",
+            "model": {"model_path": "builtin:tiny", "lr": lr, "clip_eps": 0.2},
+            "trainer": {"max_steps": 8, "callbacks": callbacks},
+        }
+
+    norm = {"class_path": "lite_ppo.callbacks.AdvantageNormalization", "init_args": {"std_scope": "batch"}}
+    agg = {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "token-mean"}}
+    higher = {"class_path": "lite_ppo.callbacks.ClipHigher", "init_args": {"eps_high": 0.28}}
+    runs = [
+        Run(tmp_path / "a" / "seed0", {"recipe": "lite_ppo", "model": "tiny", "seed": 0}, config([norm, agg], 1e-6)),
+        Run(
+            tmp_path / "b" / "seed0",
+            {"recipe": "lite_ppo", "model": "tiny", "seed": 0},
+            config([higher, norm, agg], 1e-5),
+        ),
+    ]
+    labels = sorted(group.label for group in group_runs(runs))
+    assert labels == [
+        "lite_ppo/tiny (ClipHigher=-, model.lr=1e-06)",
+        "lite_ppo/tiny (ClipHigher=on, model.lr=1e-05)",
+    ]
+    # An argument of a technique both have: named by the technique.
+    runs[1].config = config([norm, {**agg, "init_args": {"mode": "seq-mean-token-mean"}}], 1e-6)
+    labels = sorted(group.label for group in group_runs(runs))
+    assert labels == [
+        "lite_ppo/tiny (LossAggregation.mode=seq-mean-token-mean)",
+        "lite_ppo/tiny (LossAggregation.mode=token-mean)",
+    ]

@@ -168,7 +168,10 @@ def group_runs(runs: list[Run]) -> list[RunGroup]:
 
 
 def _disambiguate(groups: list[RunGroup]) -> None:
-    """Groups that share a label get the config entries that tell them apart appended to it."""
+    """Groups that share a label get the config entries that tell them apart appended to it:
+    ``(model.lr=1e-05)``, ``(ClipHigher=on, ClipHigher.eps_high=0.28)``. A technique present in one
+    group and absent in another is one entry (its arguments then differ by implication); the shallowest
+    entries come first, and at most :data:`_LABEL_KEYS` of them (``+N more`` says how many are left)."""
     by_label: dict[str, list[RunGroup]] = {}
     for group in groups:
         by_label.setdefault(group.label, []).append(group)
@@ -176,15 +179,34 @@ def _disambiguate(groups: list[RunGroup]) -> None:
         if len(same) < 2:
             continue
         flats = [_flatten(g.runs[0].experiment()) for g in same]
-        keys = sorted(set().union(*flats))
-        differing = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flats}) > 1]
+        keys = set().union(*flats)
+        differing = [
+            k for k in keys if len({json.dumps(f.get(k, _ABSENT), sort_keys=True, default=str) for f in flats}) > 1
+        ]
+        # A technique that only some groups have: its own entry says it; its arguments follow from it.
+        differing = sorted(
+            (k for k in differing if not any(k.startswith(f"{d}.") for d in differing)),
+            key=lambda k: (_short_key(k).count("."), _short_key(k)),
+        )
         for group, flat in zip(same, flats):
-            parts = [f"{k}={flat.get(k)}" for k in differing[:3]]
-            group.label += (
-                " (" + ", ".join(parts) + (", ..." if len(differing) > 3 else "") + ")"
-                if parts
-                else f" ({group.runs[0].path.name})"
-            )
+            parts = [f"{_short_key(k)}={_short_value(flat.get(k, _ABSENT))}" for k in differing[:_LABEL_KEYS]]
+            more = f", +{len(differing) - _LABEL_KEYS} more" if len(differing) > _LABEL_KEYS else ""
+            group.label += f" ({', '.join(parts)}{more})" if parts else f" ({group.runs[0].path.name})"
+
+
+_LABEL_KEYS = 4  # config entries at most in a disambiguated group label
+_ABSENT = "-"  # how a group label shows an entry its config does not have (a technique not in the list)
+_CALLBACKS = "trainer.callbacks."
+
+
+def _short_key(key: str) -> str:
+    """``trainer.callbacks.ClipHigher.eps_high`` reads ``ClipHigher.eps_high``: techniques are known by name."""
+    return key[len(_CALLBACKS) :] if key.startswith(_CALLBACKS) else key
+
+
+def _short_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 24 else text[:21] + "..."
 
 
 def _strip(node: Any) -> Any:
@@ -200,6 +222,15 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in node.items():
             out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    if isinstance(node, list) and node and all(isinstance(v, dict) and "class_path" in v for v in node):
+        # A callback list: each entry by its class's name (an added technique shifts no other's key),
+        # "on" where it is listed, its init_args below it.
+        out = {}
+        for entry in node:
+            name = f"{prefix}{str(entry['class_path']).rsplit('.', 1)[-1]}"
+            out[name] = "on"
+            out.update(_flatten(entry.get("init_args") or {}, f"{name}."))
         return out
     if isinstance(node, list) and node and all(isinstance(v, dict) for v in node):
         out = {}
