@@ -7,13 +7,19 @@ held-out evaluation with at most B tokens generated before it. Accuracy is poole
 with its minimum detectable effect at 80 % power (lite_ppo.research.power). Also prints, per cell, the mean
 of last-step mechanism scalars. Reads the runs' TensorBoard scalars; trains nothing.
 
-    .venv/bin/python benchmarks/equal_token_contrasts.py runs/r2_recipes --order lite_ppo dapo grpo
+    .venv/bin/python benchmarks/equal_token_contrasts.py runs/r2_recipes --order lite_ppo dapo grpo \
+        --record docs/takeaways/r2_recipes/per_seed.json
+
+``--record FILE`` keeps what the analysis reads, per cell and seed (the held-out evaluations' steps, pooled
+accuracy and tokens before them, the run's tokens and last-step scalars), so a later top-up of seeds pairs
+with these without their run folders.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 from collections import defaultdict
 
 import numpy as np
@@ -53,6 +59,7 @@ def contrast(diffs: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("study", help="a sweep's --out folder")
+    parser.add_argument("--record", help="write the per-seed values read to this JSON file")
     parser.add_argument(
         "--order", nargs="+", default=[], help="recipes (group labels' first part) in the order A - B is read"
     )
@@ -67,7 +74,26 @@ def main() -> None:
             tokens = x_at(steps, cumulative(table, AXES["tokens"], run.path))
             total = float(table[names.GENERATED_TOKENS].values.sum())
             last = {tag: float(table[tag].values[-1]) for tag in MECHANISM if tag in table}
-            cells[group.label][run.seed] = {"steps": steps, "acc": accuracy, "tokens": tokens, "total": total, **last}
+            hard = table["val/hard/accuracy"].values if "val/hard/accuracy" in table else np.full(len(steps), np.nan)
+            cells[group.label][run.seed] = {
+                "steps": steps,
+                "acc": accuracy,
+                "hard": hard,
+                "tokens": tokens,
+                "total": total,
+                **last,
+            }
+    if args.record:
+        plain = {
+            cell: {
+                str(seed): {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in run.items()}
+                for seed, run in runs.items()
+            }
+            for cell, runs in cells.items()
+        }
+        with open(args.record, "w", encoding="utf-8") as out:
+            json.dump({"study": args.study, "cells": plain}, out, indent=1, sort_keys=True)
+            out.write("\n")
     seeds = sorted(set.intersection(*(set(runs) for runs in cells.values())))
     print(f"{len(seeds)} seeds in every cell: {seeds}")
     budget = {seed: min(cells[c][seed]["total"] for c in cells) for seed in seeds}
@@ -99,7 +125,9 @@ def main() -> None:
         last = [cells[a][s]["acc"][-1] - cells[b][s]["acc"][-1] for s in seeds]
         both = [s for s in seeds if at_budget[a][s] and at_budget[b][s]]
         equal = [at_budget[a][s][0] - at_budget[b][s][0] for s in both]
+        hard = [cells[a][s]["hard"][-1] - cells[b][s]["hard"][-1] for s in seeds]
         print(f"\n{a} - {b}\n  after the last step: {contrast(last)}\n  at equal tokens:     {contrast(equal)}")
+        print(f"  hard tier, after the last step: {contrast(hard)}")
         for tag in MECHANISM:
             d = [cells[a][s][tag] - cells[b][s][tag] for s in seeds if tag in cells[a][s]]
             if d:
