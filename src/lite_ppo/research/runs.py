@@ -169,7 +169,7 @@ def group_runs(runs: list[Run]) -> list[RunGroup]:
 
 def _disambiguate(groups: list[RunGroup]) -> None:
     """Groups that share a label get the config entries that tell them apart appended to it:
-    ``(model.lr=1e-05)``, ``(ClipHigher=on, ClipHigher.eps_high=0.28)``. A technique present in one
+    ``(ClipHigher=on, model.lr=1e-05)``, ``(LossAggregation.mode=token-mean)``. A technique present in one
     group and absent in another is one entry (its arguments then differ by implication); the shallowest
     entries come first, and at most :data:`_LABEL_KEYS` of them (``+N more`` says how many are left)."""
     by_label: dict[str, list[RunGroup]] = {}
