@@ -2,12 +2,13 @@
 
 The per-token rule of docs/takeaways.md (studies (v) and R2-5), fixed before their runs: for each seed the
 budget B is the fewest tokens any cell generated in its whole run, and each cell is scored at its last
-held-out evaluation with at most B tokens generated before it. Accuracy is pooled over the held-out tiers
-(weighted by their problems); each contrast is the one-sample t-test (scipy) on the per-seed differences,
-with its minimum detectable effect at 80 % power (lite_ppo.research.power). Also prints, per cell, the mean
-of last-step mechanism scalars. Reads the runs' TensorBoard scalars; trains nothing.
+held-out evaluation with at most B tokens generated before it. Accuracy is every held-out tier pooled
+(``val/*/accuracy``, as ``compare`` scores it); each contrast is the one-sample t-test on the per-seed
+differences (``lite_ppo.research.stats.contrast_ci``) with its minimum detectable effect at 80 % power
+(``lite_ppo.research.power``). Also prints, per cell, the mean of last-step mechanism scalars. Reads the
+runs' TensorBoard scalars; trains nothing.
 
-    .venv/bin/python benchmarks/equal_token_contrasts.py runs/r2_recipes --order lite_ppo dapo grpo \
+    .venv/bin/python benchmarks/equal_token_contrasts.py runs/r2_recipes --order lite_ppo dapo grpo \\
         --record docs/takeaways/r2_recipes/per_seed.json
 
 ``--record FILE`` keeps what the analysis reads, per cell and seed (the held-out evaluations' steps, pooled
@@ -21,15 +22,17 @@ import argparse
 import itertools
 import json
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from lite_ppo import metric_names as names
 from lite_ppo.research.compute_axis import AXES, cumulative, x_at
 from lite_ppo.research.power import mde_contrast
 from lite_ppo.research.runs import find_runs, group_runs
 from lite_ppo.research.scalars import read_scalars
+from lite_ppo.research.scores import POOLED_VAL, score_series
+from lite_ppo.research.stats import contrast_ci
 
 MECHANISM = (
     names.RESPONSE_LENGTH,
@@ -39,21 +42,13 @@ MECHANISM = (
 )
 
 
-def pooled_heldout(table) -> tuple[np.ndarray, np.ndarray]:
-    """Steps of the held-out evaluations and the accuracy pooled over the tiers (problem-weighted)."""
-    tiers = sorted({tag.split("/")[1] for tag in table if tag.startswith("val/") and tag.endswith("/accuracy")})
-    steps = table[f"val/{tiers[0]}/accuracy"].steps
-    correct = sum(table[f"val/{t}/accuracy"].values * table[f"val/{t}/num_problems"].values for t in tiers)
-    problems = sum(table[f"val/{t}/num_problems"].values for t in tiers)
-    return steps, correct / problems
-
-
 def contrast(diffs: list[float]) -> str:
-    d = np.asarray(diffs)
-    mean, sd, n = d.mean(), d.std(ddof=1), len(d)
-    half = stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n)
-    p = stats.ttest_1samp(d, 0.0).pvalue
-    return f"{mean:+.4f} [{mean - half:+.4f}, {mean + half:+.4f}], p = {p:.2g}, MDE {mde_contrast(n, sd):.4f} (n = {n})"
+    """The per-seed contrasts' mean, t-interval and one-sample t-test (``contrast_ci``) and their MDE."""
+    c = contrast_ci(diffs)
+    sd = float(np.std(diffs, ddof=1))
+    low, high = c["ci"]
+    mde = mde_contrast(c["n"], sd)
+    return f"{c['estimate']:+.4f} [{low:+.4f}, {high:+.4f}], p = {c['p']:.2g}, MDE {mde:.4f} (n = {c['n']})"
 
 
 def main() -> None:
@@ -70,7 +65,8 @@ def main() -> None:
             if (run.record or {}).get("status") != "finished":
                 continue  # running, failed or interrupted: not scored
             table = read_scalars(run.path)
-            steps, accuracy = pooled_heldout(table)
+            pooled = score_series(table, POOLED_VAL)  # every held-out tier, weighted by its problems
+            steps, accuracy = pooled.steps, pooled.values
             tokens = x_at(steps, cumulative(table, AXES["tokens"], run.path))
             total = float(table[names.GENERATED_TOKENS].values.sum())
             last = {tag: float(table[tag].values[-1]) for tag in MECHANISM if tag in table}
@@ -92,7 +88,7 @@ def main() -> None:
             for cell, runs in cells.items()
         }
         with open(args.record, "w", encoding="utf-8") as out:
-            json.dump({"study": args.study, "cells": plain}, out, indent=1, sort_keys=True)
+            json.dump({"study": Path(args.study).name, "cells": plain}, out, indent=1, sort_keys=True)
             out.write("\n")
     seeds = sorted(set.intersection(*(set(runs) for runs in cells.values())))
     print(f"{len(seeds)} seeds in every cell: {seeds}")
@@ -104,7 +100,7 @@ def main() -> None:
             run = runs[seed]
             within = np.flatnonzero(run["tokens"] <= budget[seed])
             at_budget[cell][seed] = (run["acc"][within[-1]], int(run["steps"][within[-1]])) if len(within) else None
-        rows = [r for r in runs.values()]
+        rows = list(runs.values())
         print(
             f"\n{cell}: last-step held-out {np.mean([r['acc'][-1] for r in rows]):.4f}, "
             f"tokens per run {np.mean([r['total'] for r in rows]):.3g}"
@@ -131,7 +127,7 @@ def main() -> None:
         for tag in MECHANISM:
             d = [cells[a][s][tag] - cells[b][s][tag] for s in seeds if tag in cells[a][s]]
             if d:
-                print(f"  last step {tag}: {np.mean(d):+.4f} (p = {stats.ttest_1samp(d, 0.0).pvalue:.2g})")
+                print(f"  last step {tag}: {np.mean(d):+.4f} (p = {contrast_ci(d)['p']:.2g})")
 
 
 if __name__ == "__main__":

@@ -740,3 +740,29 @@ def test_group_labels_name_the_technique_and_the_setting_that_differ(tmp_path):
         "lite_ppo/tiny (LossAggregation.mode=seq-mean-token-mean)",
         "lite_ppo/tiny (LossAggregation.mode=token-mean)",
     ]
+
+
+def test_group_labels_show_a_section_that_is_set_in_one_group_and_not_in_the_other(tmp_path):
+    """A section that is a mapping in one group and null in the other (adapters on one, none on the
+    other) reads as its entries there, not as absent; values are shown whole, so two paths that share a
+    long prefix stay apart."""
+    from lite_ppo.research.runs import Run, group_runs
+
+    record = {"recipe": "lite_ppo", "model": "tiny", "seed": 0}
+    base = "/data/problems/a-long-common-prefix"
+    runs = [
+        Run(
+            tmp_path / "a" / "seed0",
+            record,
+            {"model": {"model_path": "builtin:tiny", "lora": None}, "data": {"file": f"{base}-1.jsonl"}},
+        ),
+        Run(
+            tmp_path / "b" / "seed0",
+            record,
+            {"model": {"model_path": "builtin:tiny", "lora": {"r": 8}}, "data": {"file": f"{base}-2.jsonl"}},
+        ),
+    ]
+    assert sorted(group.label for group in group_runs(runs)) == [
+        f"lite_ppo/tiny (data.file={base}-1.jsonl, model.lora=null)",
+        f'lite_ppo/tiny (data.file={base}-2.jsonl, model.lora={{"r": 8}})',
+    ]

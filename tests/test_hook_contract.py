@@ -316,7 +316,7 @@ def _sibling_lookups(path) -> list[int]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     lines = []
     for node in ast.walk(tree):
-        loops = node.generators if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)) else []
+        loops = node.generators if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)) else []
         loops = loops + ([node] if isinstance(node, ast.For) else [])
         for loop in loops:
             over = loop.iter

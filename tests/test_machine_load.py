@@ -46,6 +46,8 @@ def test_fit_says_it_at_start(tmp_path, capsys, monkeypatch, load, said):
     with pytest.raises(SystemExit):
         main(tiny_fit_args(tmp_path, "--model.num_mini_batches", "7"))
     err = capsys.readouterr().err
+    # The fit got past the point where the note is printed either way: it stopped at the refused setting.
+    assert "model.num_mini_batches=7" in err, err
     assert ("lite-ppo fit: note: this machine is busy" in err) == said, err
     if said:
         assert f"computes with {torch.get_num_threads()} threads" in err

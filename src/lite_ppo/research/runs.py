@@ -189,7 +189,7 @@ def _disambiguate(groups: list[RunGroup]) -> None:
             key=lambda k: (_short_key(k).count("."), _short_key(k)),
         )
         for group, flat in zip(same, flats):
-            parts = [f"{_short_key(k)}={_short_value(flat.get(k, _ABSENT))}" for k in differing[:_LABEL_KEYS]]
+            parts = [f"{_short_key(k)}={_label_value(flat, k)}" for k in differing[:_LABEL_KEYS]]
             more = f", +{len(differing) - _LABEL_KEYS} more" if len(differing) > _LABEL_KEYS else ""
             group.label += f" ({', '.join(parts)}{more})" if parts else f" ({group.runs[0].path.name})"
 
@@ -204,9 +204,15 @@ def _short_key(key: str) -> str:
     return key[len(_CALLBACKS) :] if key.startswith(_CALLBACKS) else key
 
 
-def _short_value(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= 24 else text[:21] + "..."
+def _label_value(flat: dict[str, Any], key: str) -> str:
+    """``key``'s value in a group's flattened config, whole (a cut value could hide the difference): a
+    section that is a mapping in this group and a scalar in another reads as its entries (``{"r": 8}``), an
+    entry the group does not have as ``-``."""
+    if key in flat:
+        value = flat[key]
+        return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    below = {k[len(key) + 1 :]: v for k, v in flat.items() if k.startswith(f"{key}.")}
+    return json.dumps(below, sort_keys=True, default=str) if below else _ABSENT
 
 
 def _strip(node: Any) -> Any:
