@@ -39,6 +39,7 @@ MECHANISM = (
     names.TRUNCATION_RATE,
     names.ENTROPY,
     names.GROUPS_MIXED,
+    names.REWARD_STD,
 )
 
 

@@ -861,7 +861,7 @@ def zero3_run(
                 }
             )
 
-        def on_update_end(self, trainer, module, batch, stats):
+        def on_update_end(self, ctx, batch, stats):
             record.losses.append(float(stats.scalars["loss/policy"]))
 
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):

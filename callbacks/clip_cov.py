@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import torch
-from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo import metric_names as names
@@ -12,7 +11,7 @@ from lite_ppo.data.seeding import run_seed
 from lite_ppo.errors import UserError
 from lite_ppo.ops.covariance import clip_cov_mask, token_covariance
 from lite_ppo.rollout.batch import RolloutBatch
-from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.step_context import StepContext
 from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique
 
@@ -68,17 +67,15 @@ class ClipCov(Technique):
         self.seed = seed
 
     @override
-    def token_weights(
-        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
-    ) -> torch.Tensor:
-        covariance, offset, tokens = loss_token_covariance(trainer, batch)
-        generator = torch.Generator().manual_seed(step_seed(run_seed(self.seed), getattr(trainer, "global_step", 0)))
+    def token_weights(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor:
+        covariance, offset, tokens = loss_token_covariance(ctx.trainer, batch)
+        generator = torch.Generator().manual_seed(step_seed(run_seed(self.seed), ctx.global_step))
         detached, candidates = clip_cov_mask(covariance, self.share, self.lower, self.upper, generator)
         n = int(tokens.sum())
         mine = slice(offset, offset + n)
-        metrics.mean(names.CLIP_COV_DETACHED_SHARE, detached[mine].sum(), n)
-        metrics.mean(names.CLIP_COV_CANDIDATE_SHARE, candidates[mine].sum(), n)
-        metrics.mean(names.CLIP_COV_COVARIANCE, covariance[mine].sum(), n)
+        ctx.metrics.mean(names.CLIP_COV_DETACHED_SHARE, detached[mine].sum(), n)
+        ctx.metrics.mean(names.CLIP_COV_CANDIDATE_SHARE, candidates[mine].sum(), n)
+        ctx.metrics.mean(names.CLIP_COV_COVARIANCE, covariance[mine].sum(), n)
         weights = torch.ones_like(batch.loss_mask, dtype=torch.float32)
         weights[tokens] = 1.0 - detached[mine].to(weights)
         return weights

@@ -17,6 +17,7 @@ from lite_ppo.ops.group_outcomes import group_outcome_shares
 from lite_ppo.ops.repetition import repetition_shares
 from lite_ppo.rewards import STATUSES
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.step_context import StepContext
 from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique, UpdateStats, techniques_of
 
@@ -110,14 +111,14 @@ class Diagnostics(Technique):
                 _write_hparams(writer, run_hparams(trainer, pl_module), names.hparam_metrics(tiers, benchmarks))
 
     @override
-    def on_rollout(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> None:
+    def on_rollout(self, ctx: StepContext, batch: RolloutBatch) -> None:
         self._generated.append(self.generation_record(batch))  # rewards already shaped by every technique
 
     @override
-    def on_update_end(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, stats: UpdateStats) -> None:
+    def on_update_end(self, ctx: StepContext, batch: RolloutBatch, stats: UpdateStats) -> None:
         generated = self._generated or [self.generation_record(batch)]
         self._generated = []
-        ranks = Ranks(trainer)
+        ranks = Ranks(ctx.trainer)
         # Group ids restart in every record (refill round, rank): merge_records keeps them distinct.
         gen = merge_records([r for rank in ranks.objects(generated) for r in rank])
         upd = merge_records(ranks.objects(self.update_record(batch)))
@@ -128,9 +129,9 @@ class Diagnostics(Technique):
         size = max(batch.num_responses, 1)
         for prog_bar in (False, True):
             part = {k: torch.tensor(float(v)) for k, v in metrics.items() if (k in live) == prog_bar}
-            module.log_dict(part, on_step=True, on_epoch=False, batch_size=size, prog_bar=prog_bar)
+            ctx.module.log_dict(part, on_step=True, on_epoch=False, batch_size=size, prog_bar=prog_bar)
         if self.histograms:
-            self._write_histograms(trainer, gen)
+            self._write_histograms(ctx.trainer, gen)
 
     # -- records (per-response rows, cheap to gather) ----------------------------------------------
     def generation_record(self, batch: RolloutBatch) -> dict[str, Any]:

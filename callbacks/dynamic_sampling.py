@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo.ops.dynamic_sampling import mixed_group_mask
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.step_context import StepContext
 from lite_ppo.technique import Technique
 
 
@@ -48,5 +48,5 @@ class DynamicSampling(Technique):
         return batch.rewards.float()
 
     @override
-    def keep_groups(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> torch.Tensor:
+    def keep_groups(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor:
         return mixed_group_mask(self.scores(batch), batch.group_ids)

@@ -6,13 +6,13 @@ import math
 from typing import Any, Literal
 
 import torch
-from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo import metric_names as names
 from lite_ppo.errors import UserError
 from lite_ppo.ops.entropy_bonus import RULES, entropy_bonus, next_entropy_coef
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.step_context import StepContext
 from lite_ppo.technique import MiniBatchContext, Technique, UpdateStats
 
 DEFAULT_RATES = {"additive": 1e-4, "multiplicative": 0.05}
@@ -84,17 +84,15 @@ class EntropyBonus(Technique):
         return self.target_entropy is not None
 
     @override
-    def extra_loss_terms(
-        self, trainer: Trainer, module: LightningModule, ctx: MiniBatchContext
-    ) -> dict[str, torch.Tensor]:
-        if ctx.entropy is None:
+    def extra_loss_terms(self, ctx: StepContext, minibatch: MiniBatchContext) -> dict[str, torch.Tensor]:
+        if minibatch.entropy is None:
             raise RuntimeError("EntropyBonus needs the entropy of the policy (MiniBatchContext.entropy)")
         # Recorded as an extremum: the one value of the step, exactly, whatever the number of micro-batches.
         ctx.metrics.max(names.ENTROPY_BONUS_COEF, self.coef)
-        return {"entropy_bonus": entropy_bonus(ctx.entropy, self.coef)}
+        return {"entropy_bonus": entropy_bonus(minibatch.entropy, self.coef)}
 
     @override
-    def on_update_end(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, stats: UpdateStats) -> None:
+    def on_update_end(self, ctx: StepContext, batch: RolloutBatch, stats: UpdateStats) -> None:
         if self.adaptive:
             self.coef = next_entropy_coef(
                 self.coef, stats.entropy, self.target_entropy, self.rule, self.rate, self.min_coef, self.max_coef

@@ -6,14 +6,13 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo import metric_names as names
 from lite_ppo.errors import UserError
 from lite_ppo.ops.token_selection import high_entropy_mask
 from lite_ppo.rollout.batch import RolloutBatch
-from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.step_context import StepContext
 from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique
 
@@ -78,28 +77,24 @@ class HighEntropyTokens(Technique):
         self.needs_token_level_objective = denominator == "all"
 
     @override
-    def token_weights(
-        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
-    ) -> torch.Tensor | None:
-        return self.selected_tokens(trainer, batch, metrics).float() if self.denominator == "all" else None
+    def token_weights(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor | None:
+        return self.selected_tokens(ctx, batch).float() if self.denominator == "all" else None
 
     @override
-    def policy_mask(
-        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
-    ) -> torch.Tensor | None:
-        return self.selected_tokens(trainer, batch, metrics).float() if self.denominator == "selected" else None
+    def policy_mask(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor | None:
+        return self.selected_tokens(ctx, batch).float() if self.denominator == "selected" else None
 
-    def selected_tokens(self, trainer: Trainer, batch: RolloutBatch, metrics: StepMetrics) -> torch.Tensor:
+    def selected_tokens(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor:
         """The selected tokens [B, R] (bool) of this rank, by a quantile over every rank's loss tokens."""
         if batch.old_entropy is None:
             raise RuntimeError("HighEntropyTokens needs batch.old_entropy (the module fills it for needs_old_entropy)")
         tokens = batch.loss_mask > 0
         local = batch.old_entropy[tokens].double()  # row-major: rank r's tokens follow rank r-1's
-        everything, offset = Ranks(trainer).cat_varying(local)
+        everything, offset = Ranks(ctx.trainer).cat_varying(local)
         selected, threshold = high_entropy_mask(everything, self.share)
         mine = selected[offset : offset + local.numel()]
-        metrics.mean(names.HIGH_ENTROPY_SELECTED_SHARE, mine.sum(), local.numel())
-        metrics.max(names.HIGH_ENTROPY_THRESHOLD, threshold)  # one global value, the same on every rank
+        ctx.metrics.mean(names.HIGH_ENTROPY_SELECTED_SHARE, mine.sum(), local.numel())
+        ctx.metrics.max(names.HIGH_ENTROPY_THRESHOLD, threshold)  # one global value, the same on every rank
         out = torch.zeros_like(tokens)
         out[tokens] = mine.to(out.device)
         return out

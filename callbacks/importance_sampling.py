@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import torch
-from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo.ops.drift import truncated_importance_weights
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.settings import RunSettings
-from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.step_context import StepContext
 from lite_ppo.technique import Technique
 
 
@@ -55,17 +54,15 @@ class TruncatedImportanceSampling(Technique):
             raise ValueError(_no_logprobs_message(settings.engine))
 
     @override
-    def token_weights(
-        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
-    ) -> torch.Tensor:
+    def token_weights(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor:
         if batch.engine_logprobs is None:
             raise RuntimeError(_no_logprobs_message("the rollout engine"))
         weights, capped = truncated_importance_weights(
             batch.old_logprobs, batch.engine_logprobs, batch.response_mask, self.cap
         )
         mask = batch.response_mask.double()
-        metrics.mean("tis/weight_mean", (weights.double() * mask).sum(), mask.sum())
-        metrics.mean("tis/capped_share", capped.double().sum(), mask.sum())
+        ctx.metrics.mean("tis/weight_mean", (weights.double() * mask).sum(), mask.sum())
+        ctx.metrics.mean("tis/capped_share", capped.double().sum(), mask.sum())
         return weights
 
 

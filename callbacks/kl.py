@@ -11,6 +11,7 @@ from typing_extensions import override
 from lite_ppo.callbacks.reference_policy import ReferencePolicy
 from lite_ppo.ops.kl import KL_ESTIMATORS, kl_estimate
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.step_context import StepContext
 from lite_ppo.technique import MiniBatchContext, Technique
 
 
@@ -90,12 +91,11 @@ class KLPenalty(Technique):
 
     # -- hooks ---------------------------------------------------------------------------------------
     @override
-    def extra_loss_terms(
-        self, trainer: Trainer, module: LightningModule, ctx: MiniBatchContext
-    ) -> dict[str, torch.Tensor]:
+    def extra_loss_terms(self, ctx: StepContext, minibatch: MiniBatchContext) -> dict[str, torch.Tensor]:
         if self.coef == 0:
             return {}
-        kl = kl_estimate(ctx.logprobs, self.reference_logprobs(module, ctx.batch), self.estimator, self.clamp)
-        mask = ctx.batch.loss_mask
+        reference = self.reference_logprobs(ctx.module, minibatch.batch)
+        kl = kl_estimate(minibatch.logprobs, reference, self.estimator, self.clamp)
+        mask = minibatch.batch.loss_mask
         ctx.metrics.mean("kl/ref_kl", (kl.detach() * mask).sum(), mask.sum())
         return {"kl": self.coef * kl}

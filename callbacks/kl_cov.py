@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import torch
-from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo import metric_names as names
@@ -14,8 +13,8 @@ from lite_ppo.callbacks.clip_cov import loss_token_covariance
 from lite_ppo.errors import UserError
 from lite_ppo.ops.covariance import kl_cov_mask, kl_cov_penalty
 from lite_ppo.rollout.batch import RolloutBatch
-from lite_ppo.step_metrics import StepMetrics
-from lite_ppo.technique import MiniBatchContext, Technique
+from lite_ppo.step_context import StepContext
+from lite_ppo.technique import MiniBatchContext, Technique, UpdateStats
 
 
 class KLCov(Technique):
@@ -68,29 +67,25 @@ class KLCov(Technique):
     }
 
     @override
-    def before_update(
-        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
-    ) -> None:
-        covariance, offset, tokens = loss_token_covariance(trainer, batch)
+    def before_update(self, ctx: StepContext, batch: RolloutBatch) -> None:
+        covariance, offset, tokens = loss_token_covariance(ctx.trainer, batch)
         selected = kl_cov_mask(covariance, self.share)
         n = int(tokens.sum())
         mine = slice(offset, offset + n)
-        metrics.mean(names.KL_COV_SELECTED_SHARE, selected[mine].sum(), n)
-        metrics.mean(names.KL_COV_COVARIANCE, covariance[mine].sum(), n)
+        ctx.metrics.mean(names.KL_COV_SELECTED_SHARE, selected[mine].sum(), n)
+        ctx.metrics.mean(names.KL_COV_COVARIANCE, covariance[mine].sum(), n)
         if selected.any():  # one global value, the same on every rank
-            metrics.max(names.KL_COV_THRESHOLD, covariance[selected].min())
+            ctx.metrics.max(names.KL_COV_THRESHOLD, covariance[selected].min())
         self.penalized = torch.zeros_like(tokens)
         self.penalized[tokens] = selected[mine].to(tokens.device)
 
     @override
-    def extra_loss_terms(
-        self, trainer: Trainer, module: LightningModule, ctx: MiniBatchContext
-    ) -> dict[str, torch.Tensor]:
-        if self.penalized is None or ctx.rows is None:
+    def extra_loss_terms(self, ctx: StepContext, minibatch: MiniBatchContext) -> dict[str, torch.Tensor]:
+        if self.penalized is None or minibatch.rows is None:
             raise RuntimeError("KLCov: no selection for this micro-batch (before_update runs before the update)")
-        penalized = self.penalized[ctx.rows.to(self.penalized.device)].to(ctx.logprobs.dtype)
-        return {"kl_cov": kl_cov_penalty(ctx.logprobs, ctx.batch.old_logprobs, self.coef) * penalized}
+        penalized = self.penalized[minibatch.rows.to(self.penalized.device)].to(minibatch.logprobs.dtype)
+        return {"kl_cov": kl_cov_penalty(minibatch.logprobs, minibatch.batch.old_logprobs, self.coef) * penalized}
 
     @override
-    def on_update_end(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, stats) -> None:
+    def on_update_end(self, ctx: StepContext, batch: RolloutBatch, stats: UpdateStats) -> None:
         self.penalized = None  # the selection belongs to this step's batch

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lite_ppo.ops.drift import drift_sums
 from lite_ppo.rollout.batch import RolloutBatch
-from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.step_context import StepContext
 from lite_ppo.technique import Technique
 
 
@@ -44,9 +43,7 @@ class LogprobDrift(Technique):
         self._warned = False
 
     @override
-    def observe_old_logprobs(
-        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
-    ) -> None:
+    def observe_old_logprobs(self, ctx: StepContext, batch: RolloutBatch) -> None:
         if batch.engine_logprobs is None:
             if not self._warned:
                 rank_zero_warn(
@@ -57,5 +54,5 @@ class LogprobDrift(Technique):
         sums = drift_sums(batch.old_logprobs, batch.engine_logprobs, batch.response_mask)
         # Token-weighted means of the sums, reduced over ranks with the step's other scalars.
         for name, total in (("mean_abs_diff", "abs_diff"), ("mean_diff", "diff"), ("kl_k3", "k3")):
-            metrics.mean(f"drift/{name}", sums[total], sums["tokens"])
-        metrics.max("drift/max_abs_diff", sums["max_abs_diff"])
+            ctx.metrics.mean(f"drift/{name}", sums[total], sums["tokens"])
+        ctx.metrics.max("drift/max_abs_diff", sums["max_abs_diff"])

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo.ops.advantages import (
@@ -17,6 +16,7 @@ from lite_ppo.ops.advantages import (
     weighted_mean_std,
 )
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.step_context import StepContext
 from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique
 
@@ -101,10 +101,10 @@ class AdvantageNormalization(Technique):
         return weights
 
     @override
-    def compute_advantages(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> torch.Tensor:
+    def compute_advantages(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor:
         weights = self.statistics_weights(batch)
         uses_batch = "batch" in (self.mean_scope, self.std_scope)
-        ranks = Ranks(trainer)
+        ranks = Ranks(ctx.trainer)
         batch_stats = _global_weighted_mean_std(ranks, batch.rewards.double(), weights) if uses_batch else None
         advantages = normalized_advantages(
             batch.rewards,

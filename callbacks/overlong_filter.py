@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import torch
-from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo.ops.overlong import mask_rows
 from lite_ppo.rollout.batch import RolloutBatch
-from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.step_context import StepContext
 from lite_ppo.technique import Technique
 
 
@@ -37,13 +36,11 @@ class OverlongFilter(Technique):
     """
 
     @override
-    def loss_mask(
-        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
-    ) -> torch.Tensor:
+    def loss_mask(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor:
         truncated = batch.truncated.bool()
         keep = mask_rows(torch.ones_like(batch.loss_mask), truncated)
-        metrics.mean("overlong_filter/masked_response_share", truncated.sum(), truncated.numel())
-        metrics.mean(
+        ctx.metrics.mean("overlong_filter/masked_response_share", truncated.sum(), truncated.numel())
+        ctx.metrics.mean(
             "overlong_filter/masked_token_share", (batch.loss_mask * (1 - keep)).sum(), batch.response_mask.sum()
         )
         return keep

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import torch
-from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lite_ppo.ops.overlong import overlong_penalty
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.settings import RunSettings
-from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.step_context import StepContext
 from lite_ppo.technique import Technique
 
 
@@ -83,13 +82,11 @@ class OverlongRewardShaping(Technique):
         self.resolve(self._max_new_tokens)  # fail at start, with the message, on an inconsistent configuration
 
     @override
-    def shape_rewards(
-        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
-    ) -> torch.Tensor:
+    def shape_rewards(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor:
         max_length, buffer_length = self.resolve(self._max_new_tokens)
         penalty = overlong_penalty(batch.response_lengths, max_length, buffer_length, self.factor).to(
             batch.rewards.device
         )
-        metrics.mean("overlong_shaping/penalty_mean", penalty.sum(), penalty.numel())
-        metrics.mean("overlong_shaping/penalized_share", (penalty < 0).sum(), penalty.numel())
+        ctx.metrics.mean("overlong_shaping/penalty_mean", penalty.sum(), penalty.numel())
+        ctx.metrics.mean("overlong_shaping/penalized_share", (penalty < 0).sum(), penalty.numel())
         return penalty.to(batch.rewards.dtype)

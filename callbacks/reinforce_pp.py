@@ -21,6 +21,7 @@ from lite_ppo.ops.reinforce_pp import (
     whitened,
 )
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.step_context import StepContext
 from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique
 
@@ -126,48 +127,46 @@ class ReinforcePlusPlus(Technique):
         return torch.ones(batch.num_responses, dtype=torch.float64, device=batch.rewards.device)
 
     @override
-    def compute_advantages(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> torch.Tensor:
+    def compute_advantages(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor:
         returns = group_baseline_residuals(batch.rewards, batch.group_ids) if self.group_baseline else batch.rewards
         returns = returns.double()
         if self.kl_coef > 0:
-            return self.kl_shaped_advantages(trainer, module, batch, returns)
+            return self.kl_shaped_advantages(ctx, batch, returns)
         weights = self.statistics_weights(batch)
         # One all-gather of [B, 2]: every rank whitens with the statistics of the whole global batch
         # (groups never straddle ranks, so the baseline above is already exact per rank).
-        gathered = Ranks(trainer).cat(torch.stack([returns, weights.to(returns.device)]).T)
+        gathered = Ranks(ctx.trainer).cat(torch.stack([returns, weights.to(returns.device)]).T)
         mean, std = weighted_mean_std(gathered[:, 0], gathered[:, 1])
         # Already global: the same value on every rank, so the mean over ranks is the value.
-        module.step_metrics.mean("reinforce_pp/return_mean", mean, 1)
-        module.step_metrics.mean("reinforce_pp/return_std", std, 1)
+        ctx.metrics.mean("reinforce_pp/return_mean", mean, 1)
+        ctx.metrics.mean("reinforce_pp/return_std", std, 1)
         advantages = reinforce_pp_advantages(
             batch.rewards, batch.group_ids, weights, self.group_baseline, self.eps, stats=(mean, std)
         )
         return advantages.to(torch.float32)
 
-    def kl_shaped_advantages(
-        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, outcome: torch.Tensor
-    ) -> torch.Tensor:
+    def kl_shaped_advantages(self, ctx: StepContext, batch: RolloutBatch, outcome: torch.Tensor) -> torch.Tensor:
         """[B, R] advantages of the KL-shaped return, 0 off the response tokens."""
         mask = batch.response_mask
         # pi_old is the policy as it is now (no optimizer step yet this step) and the reference its
         # frozen start: the per-token KL the return is shaped with.
         raw = kl_estimate(
-            module.sequence_logprobs(batch),
-            self._reference.logprobs_by_micro_batch(module, batch),
+            ctx.module.sequence_logprobs(batch),
+            self._reference.logprobs_by_micro_batch(ctx.module, batch),
             self.kl_estimator,
             clamp=None,
         )
         # Each token's estimate bounded as the reference implementation bounds it: one token far from the
         # reference (k3 grows as exp of the log-ratio) would otherwise outweigh the outcome reward.
         kl = raw.clamp(-KL_CLAMP, KL_CLAMP)
-        module.step_metrics.mean("reinforce_pp/kl_clamped_share", ((raw.abs() > KL_CLAMP) * mask).sum(), mask.sum())
+        ctx.metrics.mean("reinforce_pp/kl_clamped_share", ((raw.abs() > KL_CLAMP) * mask).sum(), mask.sum())
         returns = kl_shaped_returns(outcome, kl, mask, self.kl_coef)
         tokens = returns[mask.bool()]
         # Every rank's response tokens (their counts differ): the statistics of the whole global batch.
-        gathered, _ = Ranks(trainer).cat_varying(tokens)
+        gathered, _ = Ranks(ctx.trainer).cat_varying(tokens)
         mean, std = weighted_mean_std(gathered, torch.ones_like(gathered))
-        module.step_metrics.mean("reinforce_pp/return_mean", mean, 1)
-        module.step_metrics.mean("reinforce_pp/return_std", std, 1)
-        module.step_metrics.mean("reinforce_pp/ref_kl", (kl.double() * mask).sum(), mask.sum())
+        ctx.metrics.mean("reinforce_pp/return_mean", mean, 1)
+        ctx.metrics.mean("reinforce_pp/return_std", std, 1)
+        ctx.metrics.mean("reinforce_pp/ref_kl", (kl.double() * mask).sum(), mask.sum())
         advantages = whitened(returns, torch.ones_like(returns), self.eps, stats=(mean, std)) * mask
         return advantages.to(torch.float32)

@@ -221,17 +221,13 @@ class Rollout(Callback):
         )
         self._dropped_prompts += dropped
         rollout, timings = self.producer.produce(module, problems, self.sampling, seed, on_phase=module.report_phase)
-        techniques = techniques_of(trainer)
+        techniques, ctx = techniques_of(trainer), module.step_context()
         # Scalars the techniques record here are reduced and logged with the module's, at the end of the step.
-        terms = [
-            term
-            for term in (t.shape_rewards(trainer, module, rollout, module.step_metrics) for t in techniques)
-            if term is not None
-        ]
+        terms = [term for term in (t.shape_rewards(ctx, rollout) for t in techniques) if term is not None]
         if terms:  # summed, so the result does not depend on the order of the callbacks
             rollout = dataclasses.replace(rollout, rewards=rollout.rewards + torch.stack(terms).sum(0))
         for technique in techniques:
-            technique.on_rollout(trainer, module, rollout)
+            technique.on_rollout(ctx, rollout)
         return rollout, timings
 
     def _fill_to(
@@ -304,8 +300,9 @@ def _replacement_stream(trainer, index: int) -> Iterator[list[Problem]]:
 def _keep_mask(trainer, module, rollout: RolloutBatch) -> torch.Tensor | None:
     """AND of every technique's ``keep_groups`` mask, or None when no technique filters."""
     keep = None
+    ctx = module.step_context()
     for technique in techniques_of(trainer):
-        mask = technique.keep_groups(trainer, module, rollout)
+        mask = technique.keep_groups(ctx, rollout)
         if mask is not None:
             keep = mask.bool() if keep is None else keep & mask.bool()
     return keep

@@ -17,7 +17,7 @@ from helpers.constructed_fit import (
     fit_constructed,
 )
 from helpers.fits import read_scalars
-from helpers.technique_batches import CaptureModule, make_batch
+from helpers.technique_batches import CaptureModule, make_batch, step_ctx
 from lite_ppo.callbacks import ClipHigher, Diagnostics, OverlongFilter
 from lite_ppo.ops.correlation import pearson_correlation
 from lite_ppo.ops.repetition import repeated_ngram_share, repetition_shares
@@ -106,12 +106,12 @@ def test_generation_view_counts_every_refill_round():
         width=4,
     )
     r2 = make_batch([1, 1], [0, 0], [1, 3], statuses=["correct", "correct"], tiers=["hard", "hard"], width=4)
-    diag.on_rollout(module.trainer, module, r1)
-    diag.on_rollout(module.trainer, module, r2)
+    diag.on_rollout(step_ctx(module.trainer, module), r1)
+    diag.on_rollout(step_ctx(module.trainer, module), r2)
     # Dynamic sampling kept only r1's mixed group.
     final = r1.select(torch.tensor([2, 3]))
     final.advantages = torch.tensor([1.0, -1.0])
-    diag.on_update_end(module.trainer, module, final, UpdateStats())
+    diag.on_update_end(step_ctx(module.trainer, module), final, UpdateStats())
     m = module.logged
     assert (m["groups/all_correct"], m["groups/all_wrong"], m["groups/mixed"]) == pytest.approx((1 / 3, 1 / 3, 1 / 3))
     assert m["reward/accuracy"] == pytest.approx(3 / 6)
@@ -125,7 +125,7 @@ def test_generation_view_counts_every_refill_round():
     assert m["update/length_advantage_corr"] == 0
     assert m["tier/hard/share_of_loss_tokens"] == 1.0 and "tier/easy/share_of_loss_tokens" not in m
     # Records are cleared after each step.
-    diag.on_update_end(module.trainer, module, final, UpdateStats())
+    diag.on_update_end(step_ctx(module.trainer, module), final, UpdateStats())
     assert module.logged["groups/mixed"] == 1.0
 
 

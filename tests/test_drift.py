@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers.fits import fit_one_batch
-from helpers.technique_batches import CaptureModule, make_batch
+from helpers.technique_batches import CaptureModule, make_batch, step_ctx
 from lite_ppo.callbacks import LogprobDrift, Rollout, TruncatedImportanceSampling
 from lite_ppo.ops.drift import MAX_LOG_RATIO, drift_sums, truncated_importance_weights
 from lite_ppo.ops.kl import kl_estimate
@@ -48,9 +48,11 @@ def test_drift_sums_by_hand():
 def test_drift_recorded_in_parts_equals_one_batch():
     """What several micro-batches or ranks do: each records its sums, the step divides once."""
     whole, parts = StepMetrics(), StepMetrics()
-    LogprobDrift().observe_old_logprobs(None, None, _batch_with_logprobs(), whole)
+    LogprobDrift().observe_old_logprobs(step_ctx(None, None, whole), _batch_with_logprobs())
     for row in range(2):
-        LogprobDrift().observe_old_logprobs(None, None, _batch_with_logprobs().select(torch.tensor([row])), parts)
+        LogprobDrift().observe_old_logprobs(
+            step_ctx(None, None, parts), _batch_with_logprobs().select(torch.tensor([row]))
+        )
     expected, got = whole.compute(Ranks(None)), parts.compute(Ranks(None))
     assert set(got) == set(expected) == {"drift/mean_abs_diff", "drift/max_abs_diff", "drift/mean_diff", "drift/kl_k3"}
     for name, value in expected.items():
@@ -140,7 +142,7 @@ def _batch_with_logprobs(engine: torch.Tensor | None = ENGINE) -> RolloutBatch:
 
 def test_logprob_drift_logs_the_statistics():
     module, metrics = CaptureModule(), StepMetrics()
-    LogprobDrift().observe_old_logprobs(module.trainer, module, _batch_with_logprobs(), metrics)
+    LogprobDrift().observe_old_logprobs(step_ctx(module.trainer, module, metrics), _batch_with_logprobs())
     logged = {k: float(v) for k, v in metrics.compute(Ranks(None)).items()}
     assert set(logged) == {"drift/mean_abs_diff", "drift/max_abs_diff", "drift/mean_diff", "drift/kl_k3"}
     assert logged["drift/mean_abs_diff"] == pytest.approx(1.2 / 5)
@@ -151,15 +153,17 @@ def test_logprob_drift_logs_the_statistics():
 def test_logprob_drift_without_engine_logprobs_warns_once_and_logs_nothing():
     module, drift, metrics = CaptureModule(), LogprobDrift(), StepMetrics()
     with pytest.warns(UserWarning, match="no log-probs"):
-        drift.observe_old_logprobs(module.trainer, module, _batch_with_logprobs(engine=None), metrics)
-    drift.observe_old_logprobs(module.trainer, module, _batch_with_logprobs(engine=None), metrics)  # silent now
+        drift.observe_old_logprobs(step_ctx(module.trainer, module, metrics), _batch_with_logprobs(engine=None))
+    drift.observe_old_logprobs(
+        step_ctx(module.trainer, module, metrics), _batch_with_logprobs(engine=None)
+    )  # silent now
     assert metrics.compute(Ranks(None)) == {}
 
 
 def test_importance_sampling_sets_and_multiplies_token_weights():
     module, metrics = CaptureModule(), StepMetrics()
     batch = _batch_with_logprobs()
-    weights = TruncatedImportanceSampling(cap=1.5).token_weights(module.trainer, module, batch, metrics)
+    weights = TruncatedImportanceSampling(cap=1.5).token_weights(step_ctx(module.trainer, module, metrics), batch)
     expected = torch.tensor([[1.0, 1.5, 1.5], [math.exp(0.2), 1.0, 1.0]])
     assert torch.allclose(weights, expected)
     assert batch.token_weights is None  # returned, not written into the batch
@@ -172,7 +176,7 @@ def test_importance_sampling_without_engine_logprobs_is_a_clear_error():
     module = CaptureModule()
     with pytest.raises(RuntimeError, match="needs the rollout engine's log-probs"):
         TruncatedImportanceSampling().token_weights(
-            module.trainer, module, _batch_with_logprobs(engine=None), StepMetrics()
+            step_ctx(module.trainer, module, StepMetrics()), _batch_with_logprobs(engine=None)
         )
     # ...and at fit start already, when the configured engine is known to report none
     with pytest.raises(ValueError, match="HFEngine reports none"):
@@ -184,12 +188,12 @@ ADVANTAGES = torch.tensor([1.0, -1.0, 0.5, -0.5])
 
 
 class FixedAdvantages(Technique):
-    def compute_advantages(self, trainer, module, batch):
+    def compute_advantages(self, ctx, batch):
         return ADVANTAGES.clone()
 
 
 class Record(Technique):
-    def on_update_end(self, trainer, module, batch, stats):
+    def on_update_end(self, ctx, batch, stats):
         self.stats = {k: torch.as_tensor(v).detach().clone() for k, v in stats.scalars.items()}
         self.weights = None if batch.token_weights is None else batch.token_weights.clone()
 

@@ -4,6 +4,7 @@ an order-independent way, misspelt hooks are refused, and the step's scalars are
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import pytest
 import torch
@@ -34,7 +35,7 @@ class OldContract(Technique):
 
 class Fine(Technique):
     @override
-    def loss_mask(self, trainer, module, batch, metrics):
+    def loss_mask(self, ctx, batch):
         return None
 
     def scores(self, batch):  # a helper whose name is far from every hook
@@ -68,6 +69,76 @@ def test_a_misspelt_hook_fails_the_fit_before_the_model_loads(tmp_path, monkeypa
         fit_constructed(tmp_path, Misspelt())
 
 
+# -- hooks written before StepContext ---------------------------------------------------------------------
+class LegacyMaskRow(Technique):
+    """``MaskRow`` with the hook signature before StepContext (trainer, module, batch, metrics)."""
+
+    def __init__(self, row: int) -> None:
+        self.row = row
+        self.seen: list = []
+
+    @override
+    def loss_mask(self, trainer, module, batch, metrics):
+        self.seen.append((trainer, module, metrics))
+        keep = torch.ones_like(batch.loss_mask)
+        keep[self.row] = 0
+        metrics.mean(f"mask{self.row}/kept_rows", keep[:, 0].sum(), keep.shape[0])
+        return keep
+
+    @override
+    def on_update_end(self, trainer, module, batch, stats):
+        self.seen.append(("end", batch.num_responses, stats.policy_loss))
+
+
+def test_hooks_with_the_old_signatures_are_adapted_and_named_once():
+    from types import SimpleNamespace
+
+    from helpers.technique_batches import make_batch, step_ctx
+    from lite_ppo.technique import UpdateStats, adapt_legacy_hooks
+
+    legacy, current = LegacyMaskRow(1), MaskRow(1)
+    with pytest.warns(FutureWarning, match=r"^LegacyMaskRow: loss_mask, on_update_end use\(s\) the hook signature"):
+        adapt_legacy_hooks([legacy, current])
+    batch, trainer, module = make_batch([1.0, 0.0, 1.0], [0, 0, 1], [2, 3, 1]), SimpleNamespace(), SimpleNamespace()
+    ctx = step_ctx(trainer, module)
+    assert torch.equal(legacy.loss_mask(ctx, batch), current.loss_mask(ctx, batch))
+    legacy.on_update_end(ctx, batch, UpdateStats(policy_loss=0.25))
+    # The adapter hands the old hook what it used to get: the trainer, the module and the step's metrics.
+    assert legacy.seen == [(trainer, module, ctx.metrics), ("end", 3, 0.25)]
+    assert ctx.metrics.compute(Ranks(None))["mask1/kept_rows"] == pytest.approx(2 / 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        adapt_legacy_hooks([MaskRow(0), Fine()])  # today's signatures: nothing to say
+
+
+def test_a_hook_of_neither_signature_is_one_line():
+    from lite_ppo.technique import adapt_legacy_hooks
+
+    class TwoArguments(Technique):
+        @override
+        def shape_rewards(self, batch):
+            return None
+
+    with pytest.raises(
+        UserError,
+        match=r"^TwoArguments.shape_rewards takes 1 argument\(s\); write it as "
+        r"shape_rewards\(self, ctx, batch\)",
+    ):
+        adapt_legacy_hooks([TwoArguments()])
+
+
+def test_old_and_new_signatures_train_alike(tmp_path):
+    """A fit with the old-signature technique gives the same step as with today's."""
+    Seen.batches = []
+    with pytest.warns(FutureWarning, match="LegacyMaskRow"):
+        before, _ = fit_constructed(tmp_path / "before", LegacyMaskRow(2), Weight(0.5), Seen())
+    now, _ = fit_constructed(tmp_path / "now", MaskRow(2), Weight(0.5), Seen())
+    (mask_before, *_), (mask_now, *_) = Seen.batches
+    untimed = [tag for tag in now if not tag.startswith("time/")]
+    assert torch.equal(mask_before, mask_now) and len(untimed) > 20 and sorted(before) == sorted(now)
+    assert {tag: before[tag] for tag in untimed} == {tag: now[tag] for tag in untimed}
+
+
 # -- order-independent composition -----------------------------------------------------------------------
 class MaskRow(Technique):
     """Removes row ``row`` from the loss; records the metrics argument's share."""
@@ -78,10 +149,10 @@ class MaskRow(Technique):
         self.row = row
 
     @override
-    def loss_mask(self, trainer, module, batch, metrics):
+    def loss_mask(self, ctx, batch):
         keep = torch.ones_like(batch.loss_mask)
         keep[self.row] = 0
-        metrics.mean(f"mask{self.row}/kept_rows", keep[:, 0].sum(), keep.shape[0])
+        ctx.metrics.mean(f"mask{self.row}/kept_rows", keep[:, 0].sum(), keep.shape[0])
         return keep
 
 
@@ -92,7 +163,7 @@ class Weight(Technique):
         self.factor = factor
 
     @override
-    def token_weights(self, trainer, module, batch, metrics):
+    def token_weights(self, ctx, batch):
         assert batch.old_logprobs is not None  # called after the old log-probs
         return torch.full_like(batch.old_logprobs, self.factor)
 
@@ -103,7 +174,7 @@ class Seen(Technique):
     batches: list = []
 
     @override
-    def on_update_end(self, trainer, module, batch, stats):
+    def on_update_end(self, ctx, batch, stats):
         Seen.batches.append((batch.loss_mask.clone(), batch.token_weights.clone(), stats.policy_loss, stats.scalars))
 
 
@@ -204,12 +275,12 @@ def test_every_builtin_hook_is_marked_override():
 
 def test_the_override_check_sees_a_missing_mark():
     class Unmarked(Technique):
-        def loss_mask(self, trainer, module, batch, metrics):
+        def loss_mask(self, ctx, batch):
             return None
 
     class Marked(Technique):
         @override
-        def loss_mask(self, trainer, module, batch, metrics):
+        def loss_mask(self, ctx, batch):
             return None
 
     assert _hooks_without_override([Unmarked, Marked]) == ["Unmarked.loss_mask"]
@@ -252,17 +323,16 @@ def test_contributing_hook_table_is_the_generated_one():
 
 
 def _module_members_used(path) -> set[str]:
-    """Every ``module.X`` / ``pl_module.X`` attribute a callback file reads or calls."""
+    """Every ``module.X`` / ``pl_module.X`` / ``ctx.module.X`` attribute a callback file reads or calls."""
     import ast
 
+    def is_module(node) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in ("module", "pl_module")
+        return isinstance(node, ast.Attribute) and node.attr == "module" and isinstance(node.value, ast.Name)
+
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    return {
-        node.attr
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Name)
-        and node.value.id in ("module", "pl_module")
-    }
+    return {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and is_module(node.value)}
 
 
 def test_shipped_callbacks_use_only_the_declared_module_interface():
@@ -281,8 +351,10 @@ def test_the_check_sees_an_undeclared_member(tmp_path):
     from lite_ppo.policy_module import MEMBERS
 
     source = tmp_path / "mine.py"
-    source.write_text("def loss_mask(self, trainer, module, batch, metrics):\n    return module.loss_config\n")
+    source.write_text("def loss_mask(self, ctx, batch):\n    return ctx.module.loss_config, ctx.module.tokenizer\n")
     assert _module_members_used(source) - MEMBERS == {"loss_config"}
+    source.write_text("def on_fit_start(self, trainer, pl_module):\n    return pl_module.policy\n")
+    assert _module_members_used(source) - MEMBERS == {"policy"}
 
 
 def test_lite_ppo_has_every_declared_member(tiny_model_path):

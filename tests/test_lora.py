@@ -25,6 +25,7 @@ import yaml
 from helpers import update_steps
 from helpers.fits import fit_one_batch
 from helpers.paths import REPO
+from helpers.technique_batches import step_ctx
 from lite_ppo.errors import UserError
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.technique import Technique
@@ -80,7 +81,7 @@ def _lora_module(tiny_model_path: str, seed: int = 0, cls: type[LitePPO] = LiteP
 
 
 class FixedAdvantages(Technique):
-    def compute_advantages(self, trainer, module, batch):
+    def compute_advantages(self, ctx, batch):
         return ADVANTAGES.to(batch.rewards.device, copy=True)
 
 
@@ -302,7 +303,9 @@ def test_kl_reference_is_the_base_with_adapters_off_no_copy(tiny_model_path):
     logprobs, _ = module.score_responses(batch)
     assert (logprobs.detach() - reference).abs().max() > 1e-2
     metrics = StepMetrics()
-    terms = kl.extra_loss_terms(None, module, MiniBatchContext(batch=batch, logprobs=logprobs, metrics=metrics))
+    terms = kl.extra_loss_terms(
+        step_ctx(None, module, metrics), MiniBatchContext(batch=batch, logprobs=logprobs, metrics=metrics)
+    )
     expected = 0.5 * (torch.exp(reference - logprobs) - (reference - logprobs) - 1) * batch.response_mask
     torch.testing.assert_close(terms["kl"] * batch.response_mask, expected, atol=1e-6, rtol=1e-5)
     (terms["kl"] * batch.response_mask).sum().backward()
@@ -528,7 +531,7 @@ def test_resume_of_a_lora_run_is_bit_identical(tmp_path, tiny_model_path):
 class AlternatingReward(Technique):
     """Rewards 1, 0, 1, 0, ... by row: every group is mixed, so the random tiny model's weights move."""
 
-    def shape_rewards(self, trainer, module, batch, metrics):
+    def shape_rewards(self, ctx, batch):
         return (torch.arange(batch.num_responses, device=batch.rewards.device) % 2 == 0).float() - batch.rewards
 
 

@@ -120,7 +120,7 @@ def test_no_evaluation_or_rollout_module_imports_a_callback():
 LAYERS = [
     {"lite_ppo.ops", "lite_ppo.errors", "lite_ppo.metric_names", "lite_ppo._moved"},
     {"lite_ppo", "lite_ppo.strategies", "lite_ppo.rewards", "lite_ppo.data", "lite_ppo.config_merge"},
-    {"lite_ppo.models", "lite_ppo.step_metrics", "lite_ppo.reliability"},
+    {"lite_ppo.models", "lite_ppo.step_metrics", "lite_ppo.step_context", "lite_ppo.reliability"},
     {"lite_ppo.rollout", "lite_ppo.checkpoints"},
     {"lite_ppo.technique", "lite_ppo.policy_module"},
     {"lite_ppo.training"},

@@ -294,10 +294,16 @@ class RecordMicroBatches(Technique):
     def on_fit_start(self, trainer, pl_module) -> None:
         self.micro: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
-    def extra_loss_terms(self, trainer, module, ctx):
-        b = ctx.batch
+    def extra_loss_terms(self, ctx, minibatch):
+        b = minibatch.batch
         self.micro.append(
-            (module.policy_version, ctx.logprobs.detach().clone(), b.old_logprobs, b.advantages, b.policy_loss_mask)
+            (
+                ctx.module.policy_version,
+                minibatch.logprobs.detach().clone(),
+                b.old_logprobs,
+                b.advantages,
+                b.policy_loss_mask,
+            )
         )
         return {}
 

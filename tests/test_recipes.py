@@ -39,17 +39,17 @@ class Recorder(Technique):
     seen: list[dict] = []
     generated = 0
 
-    def on_rollout(self, trainer, module, batch) -> None:
+    def on_rollout(self, ctx, batch) -> None:
         Recorder.generated += batch.num_responses  # every generation round, before dynamic sampling
 
-    def on_update_end(self, trainer, module, batch, stats) -> None:
+    def on_update_end(self, ctx, batch, stats) -> None:
         statuses = batch.reward_status
         groups = {}
         for g, s in zip(batch.group_ids.tolist(), statuses):
             groups.setdefault(g, set()).add(s == "correct")
         Recorder.seen.append(
             {
-                "config": module.loss_config,
+                "config": ctx.module.loss_config,
                 "responses": batch.num_responses,
                 "dropped": Recorder.generated - batch.num_responses,
                 "mixed": [len(v) == 2 for v in groups.values()],

@@ -14,6 +14,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from helpers.technique_batches import step_ctx
 from helpers.technique_fit import GROUPS, LENGTHS, REWARDS, fit_step, logged, rollout
 from lite_ppo.callbacks import AdvantageNormalization, LossAggregation, ReinforcePlusPlus
 from lite_ppo.errors import UserError
@@ -94,7 +95,7 @@ def test_estimator_logs_its_statistics_and_validates_settings():
     batch = rollout()
     module = SimpleNamespace(step_metrics=StepMetrics())
     trainer = SimpleNamespace(world_size=1)
-    got = ReinforcePlusPlus(group_baseline=True).compute_advantages(trainer, module, batch)
+    got = ReinforcePlusPlus(group_baseline=True).compute_advantages(step_ctx(trainer, module), batch)
     assert got.dtype == torch.float32
     torch.testing.assert_close(got, torch.tensor(reference(REWARDS, GROUPS, LENGTHS, True)), rtol=1e-6, atol=1e-7)
     scalars = module.step_metrics.compute(Ranks(None))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from helpers.technique_batches import step_ctx
 from lite_ppo.rollout import Generation, HFEngine, RolloutBatch, SamplingConfig
 from lite_ppo.rollout.producer import build_rollout_batch
 from lite_ppo.training.module import LitePPO
@@ -162,14 +163,14 @@ def test_rollout_callback_adds_every_shaping_term_then_shows_the_batch_read_only
         def __init__(self, name, values):
             self.name, self.values = name, values
 
-        def shape_rewards(self, trainer, module, batch, metrics):
+        def shape_rewards(self, ctx, batch):
             seen.setdefault("verifier", []).append(batch.rewards.tolist())
             return torch.tensor(self.values)
 
-        def on_rollout(self, trainer, module, batch):
+        def on_rollout(self, ctx, batch):
             seen.setdefault("on_rollout", []).append(batch.rewards.tolist())
 
-        def keep_groups(self, trainer, module, batch):
+        def keep_groups(self, ctx, batch):
             seen.setdefault("keep_groups", []).append(batch.rewards.tolist())
             return None
 
@@ -188,6 +189,7 @@ def test_rollout_callback_adds_every_shaping_term_then_shows_the_batch_read_only
         log=lambda *a, **k: logged.append(a[0]),
         log_dict=lambda d, **k: logged.extend(d),
     )
+    module.step_context = lambda: step_ctx(None, module)
     results = []
     for order in ([0.5, -1.0], [-1.0, 0.5]):
         seen.clear()

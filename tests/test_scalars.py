@@ -14,7 +14,7 @@ import torch
 
 from helpers.fits import read_scalars
 from helpers.paths import REPO
-from helpers.technique_batches import CaptureModule, make_batch
+from helpers.technique_batches import CaptureModule, make_batch, step_ctx
 from lite_ppo import metric_names as names
 from lite_ppo.callbacks import Diagnostics, DynamicSampling
 from lite_ppo.callbacks.console import ConsoleProgressBar, phase_text
@@ -54,20 +54,20 @@ class PhaseSpy(Technique):
     def _record(self, trainer) -> None:
         PhaseSpy.descriptions.append(self._bar(trainer).train_progress_bar.description)
 
-    def on_rollout(self, trainer, module, batch) -> None:
-        PhaseSpy.callback_types |= {type(cb).__name__ for cb in trainer.callbacks}
-        ticker = self._bar(trainer)._ticker  # the bar's clock runs during the step
+    def on_rollout(self, ctx, batch) -> None:
+        PhaseSpy.callback_types |= {type(cb).__name__ for cb in ctx.trainer.callbacks}
+        ticker = self._bar(ctx.trainer)._ticker  # the bar's clock runs during the step
         PhaseSpy.clock_ticking.append(ticker is not None and ticker.is_alive())
-        self._record(trainer)  # scoring has just finished
-        PhaseSpy.live.append(dict(self._bar(trainer).get_metrics(trainer, module)))
+        self._record(ctx.trainer)  # scoring has just finished
+        PhaseSpy.live.append(dict(self._bar(ctx.trainer).get_metrics(ctx.trainer, ctx.module)))
         PhaseSpy.correct_matches_status.append(batch.correct.tolist() == [s == "correct" for s in batch.reward_status])
 
-    def token_weights(self, trainer, module, batch, metrics) -> None:  # old log-probs are done
-        self._record(trainer)
+    def token_weights(self, ctx, batch) -> None:  # old log-probs are done
+        self._record(ctx.trainer)
         return None
 
-    def extra_loss_terms(self, trainer, module, ctx):
-        self._record(trainer)
+    def extra_loss_terms(self, ctx, minibatch):
+        self._record(ctx.trainer)
         return {}
 
 
@@ -435,13 +435,18 @@ def test_correctness_is_the_field_not_the_shaped_reward():
     batch.correct = torch.tensor([True, False, False, False])
     module = CaptureModule()
     diag = Diagnostics(ngram=2, repetition_window=None)
-    diag.on_rollout(module.trainer, module, batch)
+    diag.on_rollout(step_ctx(module.trainer, module), batch)
     batch.advantages = torch.zeros(4)
-    diag.on_update_end(module.trainer, module, batch, UpdateStats())
+    diag.on_update_end(step_ctx(module.trainer, module), batch, UpdateStats())
     m = module.logged
     assert m["reward/accuracy"] == 0.25 and m["groups/mixed"] == 0.5 and m["groups/all_wrong"] == 0.5
     assert m["response/length_mean_correct"] == 2 and m["response/length_mean_wrong"] == pytest.approx(6 / 3)
-    assert DynamicSampling(metric="correct").keep_groups(None, None, batch).tolist() == [True, True, False, False]
+    assert DynamicSampling(metric="correct").keep_groups(step_ctx(None, None), batch).tolist() == [
+        True,
+        True,
+        False,
+        False,
+    ]
 
 
 def test_vllm_logging_level_and_repeats_shown_once(caplog):

@@ -14,6 +14,7 @@ from lightning.pytorch import Callback, Trainer
 
 from helpers.fits import read_scalars, tiny_fit_args
 from helpers.paths import REPO
+from helpers.technique_batches import step_ctx
 from lite_ppo.callbacks import CISPO, GSPO, SAPO, AdvantageNormalization, ClipHigher, LossAggregation, Rollout
 from lite_ppo.data.datamodule import MathDataModule
 from lite_ppo.errors import UserError
@@ -253,7 +254,7 @@ def test_callback_bounds_under_a_batch_std_too():
     module = SimpleNamespace(trainer=SimpleNamespace(world_size=1))
     for mean_scope, std_scope in (("group", "batch"), ("group", "group"), ("batch", "batch")):
         got = AdvantageNormalization(mean_scope, std_scope, count_truncated=False).compute_advantages(
-            module.trainer, module, batch
+            step_ctx(module.trainer, module), batch
         )
         torch.testing.assert_close(got, torch.zeros(6), msg=f"{mean_scope}/{std_scope}")
 

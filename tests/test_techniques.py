@@ -10,7 +10,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from helpers.technique_batches import CaptureModule, make_batch
+from helpers.technique_batches import CaptureModule, make_batch, step_ctx
 from lite_ppo.callbacks import (
     SAPO,
     AdvantageNormalization,
@@ -93,7 +93,7 @@ def test_clip_higher_rejects_bad_values():
 
 # -- conflicts name both classes -----------------------------------------------------------------------
 class OtherEstimator(Technique):
-    def compute_advantages(self, trainer, module, batch):
+    def compute_advantages(self, ctx, batch):
         return batch.rewards
 
 
@@ -159,7 +159,7 @@ def test_overlong_shaping_reads_max_length_from_the_rollout_and_edits_rewards():
     shaping.configure_run(settings)  # max_length from the rollout's max_new_tokens
     assert shaping.resolve(10) == (10, 4)
     metrics = StepMetrics()
-    term = shaping.shape_rewards(trainer, module, batch, metrics)
+    term = shaping.shape_rewards(step_ctx(trainer, module, metrics), batch)
     torch.testing.assert_close(batch.rewards + term, torch.tensor([1.0, 0.0 - 0.5 * 0.5, 1.0 - 0.5 * 0.75, 0.0 - 0.5]))
     assert batch.rewards.tolist() == [1.0, 0.0, 1.0, 0.0]  # the hook returns the term, the batch is untouched
     logged = metrics.compute(Ranks(None))
@@ -178,9 +178,9 @@ def test_overlong_filter_masks_truncated_rows_after_advantages():
     batch = make_batch([1.0, 0.0, 0.0, 1.0], [0, 0, 1, 1], [2, 4, 4, 3], truncated=[False, True, True, False])
     module = CaptureModule()
     norm = AdvantageNormalization("group", "none")
-    batch.advantages = norm.compute_advantages(module.trainer, module, batch)
+    batch.advantages = norm.compute_advantages(step_ctx(module.trainer, module), batch)
     metrics = StepMetrics()
-    mask = OverlongFilter().loss_mask(module.trainer, module, batch, metrics)
+    mask = OverlongFilter().loss_mask(step_ctx(module.trainer, module, metrics), batch)
     assert (batch.loss_mask * mask).sum(-1).tolist() == [2.0, 0.0, 0.0, 3.0]
     assert batch.loss_mask.sum(-1).tolist() == [2.0, 4.0, 4.0, 3.0]  # the hook returns the mask, the batch is untouched
     logged = metrics.compute(Ranks(None))
@@ -193,7 +193,9 @@ def test_truncated_advantage_never_reaches_the_loss():
     # equal those of the batch without it, for both aggregations.
     batch = make_batch([1.0, 0.0, 0.0, 1.0], [0, 0, 0, 0], [2, 4, 3, 3], truncated=[False, True, False, False])
     batch.advantages = torch.tensor([0.5, -7.0, -0.5, 0.5])
-    batch.loss_mask = batch.loss_mask * OverlongFilter().loss_mask(None, CaptureModule(), batch, StepMetrics())
+    batch.loss_mask = batch.loss_mask * OverlongFilter().loss_mask(
+        step_ctx(None, CaptureModule(), StepMetrics()), batch
+    )
     logp = torch.randn(4, 4, requires_grad=True)
     loss_rows, _ = clipped_surrogate(logp, torch.zeros(4, 4), batch.advantages)
     keep = torch.tensor([0, 2, 3])
@@ -211,7 +213,9 @@ def test_overlong_filter_without_truncation_changes_nothing(lengths):
     batch = make_batch(torch.rand(len(lengths)).tolist(), list(range(len(lengths))), lengths)
     batch.advantages = torch.randn(len(lengths))
     before = (batch.loss_mask.clone(), batch.advantages.clone(), batch.rewards.clone())
-    batch.loss_mask = batch.loss_mask * OverlongFilter().loss_mask(None, CaptureModule(), batch, StepMetrics())
+    batch.loss_mask = batch.loss_mask * OverlongFilter().loss_mask(
+        step_ctx(None, CaptureModule(), StepMetrics()), batch
+    )
     assert (
         torch.equal(batch.loss_mask, before[0])
         and torch.equal(batch.advantages, before[1])
@@ -227,17 +231,17 @@ def test_truncated_responses_can_be_left_out_of_the_statistics():
     )
     module = CaptureModule()
     counted = AdvantageNormalization("group", "none", count_truncated=True).compute_advantages(
-        module.trainer, module, batch
+        step_ctx(module.trainer, module), batch
     )
     excluded = AdvantageNormalization("group", "none", count_truncated=False).compute_advantages(
-        module.trainer, module, batch
+        step_ctx(module.trainer, module), batch
     )
     torch.testing.assert_close(counted, torch.tensor([2 / 3, -1 / 3, -1 / 3, 1 / 3, 1 / 3, -2 / 3]))
     # Without the truncated one, g0's mean is 1/2; the truncated response is still centred by it.
     torch.testing.assert_close(excluded, torch.tensor([0.5, -0.5, -0.5, 1 / 3, 1 / 3, -2 / 3]))
     # Mixed normalization: batch std over the 5 counted rewards [1, 0, 1, 1, 0]: mean 0.6, var 0.3.
     mixed = AdvantageNormalization("group", "batch", eps=0.0, count_truncated=False).compute_advantages(
-        module.trainer, module, batch
+        step_ctx(module.trainer, module), batch
     )
     torch.testing.assert_close(mixed, torch.tensor([0.5, -0.5, -0.5, 1 / 3, 1 / 3, -2 / 3]) / math.sqrt(0.3))
 
@@ -248,11 +252,11 @@ def test_token_weighted_statistics_by_hand():
     batch = make_batch([1.0, 0.0], [0, 0], [1, 3])
     module = CaptureModule()
     got = AdvantageNormalization("group", "group", eps=0.0, weighting="token").compute_advantages(
-        module.trainer, module, batch
+        step_ctx(module.trainer, module), batch
     )
     torch.testing.assert_close(got, torch.tensor([(1 - 0.25) / 0.5, (0 - 0.25) / 0.5]))
     got = AdvantageNormalization("batch", "batch", eps=0.0, weighting="token").compute_advantages(
-        module.trainer, module, batch
+        step_ctx(module.trainer, module), batch
     )
     torch.testing.assert_close(got, torch.tensor([1.5, -0.5]))
 
@@ -318,7 +322,7 @@ def test_weighted_mean_std_matches_repetition():
 def test_default_normalization_is_unchanged_by_the_new_options():
     batch = make_batch([1.0, 0.0, 0.0, 1.0, 1.0, 0.0], [0, 0, 0, 1, 1, 1], [1, 2, 3, 4, 5, 6])
     module = CaptureModule()
-    got = AdvantageNormalization().compute_advantages(module.trainer, module, batch)
+    got = AdvantageNormalization().compute_advantages(step_ctx(module.trainer, module), batch)
     assert torch.equal(got, normalized_advantages(batch.rewards, batch.group_ids, "group", "batch"))
 
 
@@ -327,18 +331,18 @@ def test_dynamic_sampling_by_hand():
     # g0 all correct, g1 mixed, g2 all wrong, g3 mixed (unordered ids).
     statuses = ["correct", "correct", "correct", "wrong", "wrong", "no_box", "wrong", "correct"]
     batch = make_batch([1, 1, 1, 0, 0, 0, 0, 1], [0, 0, 1, 1, 2, 2, 3, 3], [2] * 8, statuses=statuses)
-    keep = DynamicSampling().keep_groups(None, CaptureModule(), batch)
+    keep = DynamicSampling().keep_groups(step_ctx(None, CaptureModule()), batch)
     assert keep.tolist() == [False, False, True, True, False, False, True, True]
 
 
 def test_dynamic_sampling_judges_correctness_not_shaped_rewards():
     # Both responses wrong; the overlong penalty made their rewards differ.
     batch = make_batch([0.0, -0.5], [0, 0], [2, 4], statuses=["wrong", "wrong"])
-    assert DynamicSampling(metric="correct").keep_groups(None, None, batch).tolist() == [False, False]
-    assert DynamicSampling(metric="reward").keep_groups(None, None, batch).tolist() == [True, True]
+    assert DynamicSampling(metric="correct").keep_groups(step_ctx(None, None), batch).tolist() == [False, False]
+    assert DynamicSampling(metric="reward").keep_groups(step_ctx(None, None), batch).tolist() == [True, True]
     # Without statuses, correctness falls back to reward > 0.5.
     bare = make_batch([1.0, 0.2, 1.0, 0.9], [0, 0, 1, 1], [1] * 4)
-    assert DynamicSampling().keep_groups(None, None, bare).tolist() == [True, True, False, False]
+    assert DynamicSampling().keep_groups(step_ctx(None, None), bare).tolist() == [True, True, False, False]
 
 
 @settings(max_examples=60, deadline=None)
@@ -352,7 +356,7 @@ def test_dynamic_sampling_never_emits_an_all_same_group(rows, metric):
     batch = make_batch(
         [float(c) for c in correct], groups, [1] * len(rows), statuses=["correct" if c else "wrong" for c in correct]
     )
-    keep = DynamicSampling(metric=metric).keep_groups(None, None, batch)
+    keep = DynamicSampling(metric=metric).keep_groups(step_ctx(None, None), batch)
     kept = batch.select(torch.nonzero(keep).squeeze(-1))
     for g in kept.group_ids.unique():
         rewards = kept.rewards[kept.group_ids == g]
@@ -391,7 +395,7 @@ def test_kl_with_zero_coefficient_loads_nothing_and_adds_nothing():
     kl.on_fit_start(None, module)
     assert kl.reference is None
     ctx = MiniBatchContext(batch=make_batch([1.0], [0], [2]), logprobs=torch.zeros(1, 2))
-    assert kl.extra_loss_terms(None, module, ctx) == {}
+    assert kl.extra_loss_terms(step_ctx(None, module), ctx) == {}
 
 
 def test_kl_reference_is_the_initial_policy(tiny_model_path):
@@ -428,7 +432,9 @@ def test_kl_reference_is_the_initial_policy(tiny_model_path):
 
     logp = logprobs_from_logits(logits, batch.response_ids)
     metrics = StepMetrics()
-    terms = kl.extra_loss_terms(None, module, MiniBatchContext(batch=batch, logprobs=logp, metrics=metrics))
+    terms = kl.extra_loss_terms(
+        step_ctx(None, module, metrics), MiniBatchContext(batch=batch, logprobs=logp, metrics=metrics)
+    )
     expected = 0.5 * (torch.exp(policy_logp - logp) - (policy_logp - logp) - 1)
     torch.testing.assert_close(terms["kl"], expected, atol=1e-5, rtol=1e-4)
     assert terms["kl"].requires_grad and float(terms["kl"].detach().sum()) > 0

@@ -235,10 +235,10 @@ class GroupRecorder(Technique):
             per_group.setdefault(g, []).append(int(ok))
         return [(sum(v), len(v)) for v in per_group.values()]
 
-    def on_rollout(self, trainer, module, batch) -> None:
+    def on_rollout(self, ctx, batch) -> None:
         self._rounds.append(self.outcomes(batch))
 
-    def loss_mask(self, trainer, module, batch, metrics) -> None:
+    def loss_mask(self, ctx, batch) -> None:
         self.steps.append({"rounds": self._rounds, "trained": self.outcomes(batch)})
         self._rounds = []
         return None

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typing_extensions import override
 
+from helpers.technique_batches import step_ctx
 from helpers.update_steps import ADVANTAGES, batch, step
 from lite_ppo import metric_names as names
 from lite_ppo.callbacks import ClipCov, HighEntropyTokens, KLCov
@@ -183,15 +184,15 @@ def test_high_entropy_tokens_selects_among_loss_tokens_only():
     b = hand_batch([3, 2, 4], [1.0, -1.0, 0.5], old_entropy=entropy, loss_rows={0, 2})
     metrics = StepMetrics()
     technique = HighEntropyTokens(share=0.4)  # 7 loss tokens: ceil(2.8) = 3 -> 0.9, 0.8, 0.7
-    mask = technique.policy_mask(TRAINER, None, b, metrics)
-    assert technique.token_weights(TRAINER, None, b, metrics) is None  # denominator "selected": a mask
+    mask = technique.policy_mask(step_ctx(TRAINER, None, metrics), b)
+    assert technique.token_weights(step_ctx(TRAINER, None, metrics), b) is None  # denominator "selected": a mask
     assert mask.tolist() == [[0, 0, 1, 0], [0, 0, 0, 0], [1, 0, 0, 1]]
     logged = computed(metrics)
     assert logged["high_entropy/selected_share"] == pytest.approx(3 / 7)
     assert logged["high_entropy/threshold"] == pytest.approx(0.7)
     all_tokens = HighEntropyTokens(share=0.4, denominator="all")  # TRL's: weights 0, the same selection
-    assert all_tokens.policy_mask(TRAINER, None, b, StepMetrics()) is None
-    assert all_tokens.token_weights(TRAINER, None, b, StepMetrics()).tolist() == mask.tolist()
+    assert all_tokens.policy_mask(step_ctx(TRAINER, None, StepMetrics()), b) is None
+    assert all_tokens.token_weights(step_ctx(TRAINER, None, StepMetrics()), b).tolist() == mask.tolist()
     assert technique.needs_old_entropy and not technique.needs_token_level_objective
     assert all_tokens.needs_token_level_objective  # its weights act on single tokens
 
@@ -206,7 +207,9 @@ def test_clip_cov_weights_are_the_seeded_draw_among_in_bound_tokens():
     cov = (logp - logp.mean()) * (adv - adv.mean())
     technique = ClipCov(share=0.25, lower=0.5, upper=3.0, seed=11)
     metrics = StepMetrics()
-    weights = technique.token_weights(SimpleNamespace(**{**vars(TRAINER), "global_step": 4}), None, b, metrics)
+    weights = technique.token_weights(
+        step_ctx(SimpleNamespace(**{**vars(TRAINER), "global_step": 4}), None, metrics), b
+    )
     detached, candidates = clip_cov_mask(cov, 0.25, 0.5, 3.0, torch.Generator().manual_seed(step_seed(11, 4)))
     expected = torch.ones_like(weights)
     expected[tokens] = 1.0 - detached.float()
@@ -225,7 +228,7 @@ def test_kl_cov_penalizes_its_selection_in_every_micro_batch():
     b = hand_batch([3, 2, 3], [1.5, -1.0, 0.5], old_logprobs=old)
     technique = KLCov(share=0.25, coef=0.5)  # floor(0.25 * 8) = 2 tokens
     metrics = StepMetrics()
-    technique.before_update(TRAINER, None, b, metrics)  # read-only: the selection only
+    technique.before_update(step_ctx(TRAINER, None, metrics), b)  # read-only: the selection only
     tokens = b.loss_mask > 0
     adv = b.advantages.unsqueeze(-1).expand_as(tokens)[tokens].double()
     logp = b.old_logprobs[tokens].double()
@@ -240,7 +243,7 @@ def test_kl_cov_penalizes_its_selection_in_every_micro_batch():
     rows = torch.tensor([2, 0])
     micro = b.select(rows)
     moved = (micro.old_logprobs + 0.3) * micro.response_mask
-    terms = technique.extra_loss_terms(None, None, MiniBatchContext(batch=micro, logprobs=moved, rows=rows))
+    terms = technique.extra_loss_terms(step_ctx(None, None), MiniBatchContext(batch=micro, logprobs=moved, rows=rows))
     torch.testing.assert_close(terms["kl_cov"], 0.5 * 0.3 * expected[rows].float() * micro.response_mask)
 
 
@@ -301,14 +304,14 @@ class Capture(Technique):
         self.micro: list[tuple[int, torch.Tensor, torch.Tensor]] = []
 
     @override
-    def extra_loss_terms(self, trainer, module, ctx):
-        self.micro.append((module.policy_version, ctx.rows.clone(), ctx.logprobs.detach().clone()))
+    def extra_loss_terms(self, ctx, minibatch):
+        self.micro.append((ctx.module.policy_version, minibatch.rows.clone(), minibatch.logprobs.detach().clone()))
         if self.kl_cov is not None:
             self.penalized = self.kl_cov.penalized.clone()
         return {}
 
     @override
-    def on_update_end(self, trainer, module, batch, stats):
+    def on_update_end(self, ctx, batch, stats):
         self.batch = batch
         self.scalars = {k: float(v) for k, v in stats.scalars.items()}
 

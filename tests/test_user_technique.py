@@ -16,10 +16,10 @@ pytestmark = pytest.mark.slow
 USER_DIR = REPO / "tests" / "user_technique"
 
 
-def test_user_entropy_bonus_through_the_cli(tmp_path, tiny_model_path, monkeypatch):
-    # The user's folder is importable (what PYTHONPATH=tests/user_technique does on the command line),
-    # and nothing of it is inside the lite_ppo package.
-    monkeypatch.syspath_prepend(str(USER_DIR))
+def _fit_with_user_folder(folder, out, monkeypatch) -> dict:
+    """A 2-step tiny fit of Lite PPO + ``entropy_bonus.EntropyBonus`` imported from ``folder`` (what
+    PYTHONPATH=<folder> does on the command line); its TensorBoard scalars."""
+    monkeypatch.syspath_prepend(str(folder))
     monkeypatch.delitem(sys.modules, "entropy_bonus", raising=False)
     main(
         [
@@ -33,15 +33,20 @@ def test_user_entropy_bonus_through_the_cli(tmp_path, tiny_model_path, monkeypat
             "--data.steps_per_epoch",
             "2",
             "--trainer.default_root_dir",
-            str(tmp_path),
+            str(out),
             "--trainer.logger.init_args.save_dir",
-            str(tmp_path / "tb"),
+            str(out / "tb"),
         ]
     )
     import entropy_bonus
 
-    assert not entropy_bonus.__file__.startswith(str(REPO / "src")) and "lite_ppo" not in entropy_bonus.__name__
-    scalars = read_scalars(tmp_path / "tb")
+    # The user's file, nothing of it inside the lite_ppo package.
+    assert entropy_bonus.__file__ == str(folder / "entropy_bonus.py") and "lite_ppo" not in entropy_bonus.__name__
+    return read_scalars(out / "tb")
+
+
+def test_user_entropy_bonus_through_the_cli(tmp_path, tiny_model_path, monkeypatch):
+    scalars = _fit_with_user_folder(USER_DIR, tmp_path, monkeypatch)
     for tag in ("entropy_bonus/entropy", "entropy_bonus/coef", "loss/entropy_bonus"):
         assert len(scalars.get(tag, [])) == 2, f"{tag} not logged once per step: {sorted(scalars)}"
     policy_entropy = dict(scalars["policy/entropy"])
@@ -56,3 +61,19 @@ def test_user_entropy_bonus_through_the_cli(tmp_path, tiny_model_path, monkeypat
         assert total[step] == pytest.approx(policy[step] + bonus, rel=1e-4, abs=1e-6)
         # -coef * (token mean of the entropy), up to how the mini-batches split the tokens
         assert -bonus / 0.01 == pytest.approx(policy_entropy[step], rel=0.1)
+
+
+def test_a_technique_written_before_step_context_runs_the_same_with_one_deprecation_line(
+    tmp_path, tiny_model_path, monkeypatch
+):
+    """CONTRIBUTING's example as it was written before hooks took ``ctx`` (``extra_loss_terms(self,
+    trainer, module, ctx)``) still trains, through the adapter, to exactly the same scalars as today's,
+    and the run says once what to rewrite."""
+    with pytest.warns(
+        FutureWarning, match=r"^EntropyBonus: extra_loss_terms use\(s\) the hook signature before StepContext"
+    ):
+        before = _fit_with_user_folder(USER_DIR / "before_step_context", tmp_path / "before", monkeypatch)
+    now = _fit_with_user_folder(USER_DIR, tmp_path / "now", monkeypatch)
+    compared = [tag for tag in now if tag.split("/")[0] in ("entropy_bonus", "loss", "policy", "clip", "reward")]
+    assert "loss/entropy_bonus" in compared and sorted(before) == sorted(now)
+    assert {tag: before[tag] for tag in compared} == {tag: now[tag] for tag in compared}

@@ -42,7 +42,7 @@ STEPS = 2
 class AlternatingReward(Technique):
     """Rewards 1, 0, 1, 0, ... by row: every group of an even size is mixed (non-zero advantages)."""
 
-    def shape_rewards(self, trainer, module, batch, metrics):
+    def shape_rewards(self, ctx, batch):
         return (torch.arange(batch.num_responses, device=batch.rewards.device) % 2 == 0).float() - batch.rewards
 
 
@@ -53,20 +53,20 @@ class SyncProbe(Technique):
     def on_fit_start(self, trainer, pl_module):
         self.initial = {k: v.detach().clone() for k, v in pl_module.policy.state_dict().items()}
 
-    def token_weights(self, trainer, module, batch, metrics):  # the point where old log-probs exist
-        rollout = next(cb for cb in trainer.callbacks if type(cb).__name__ == "Rollout")
-        current = {k: v.detach().clone() for k, v in module.policy.state_dict().items()}
-        module.policy.load_state_dict(self.initial)
-        stale = module.sequence_logprobs(batch)
-        module.policy.load_state_dict(current)
+    def token_weights(self, ctx, batch):  # the point where old log-probs exist
+        rollout = next(cb for cb in ctx.trainer.callbacks if type(cb).__name__ == "Rollout")
+        current = {k: v.detach().clone() for k, v in ctx.module.policy.state_dict().items()}
+        ctx.module.policy.load_state_dict(self.initial)
+        stale = ctx.module.sequence_logprobs(batch)
+        ctx.module.policy.load_state_dict(current)
         mask = batch.response_mask
         stale_drift = ((stale - batch.engine_logprobs).abs() * mask).sum() / mask.sum()
-        lag = float(module.policy_version - rollout.producer.synced_version)
-        module.log_dict(
+        lag = float(ctx.module.policy_version - rollout.producer.synced_version)
+        ctx.module.log_dict(
             {
                 "probe/engine_lag": torch.tensor(lag),
                 "probe/stale_mean_abs_diff": stale_drift,
-                "probe/policy_version": torch.tensor(float(module.policy_version)),
+                "probe/policy_version": torch.tensor(float(ctx.module.policy_version)),
             },
             on_step=True,
             on_epoch=False,

@@ -4,8 +4,8 @@ The package by its parts: ``cli/`` (the commands), ``training/`` (the LightningM
 ``rollout/`` (engines), ``data/``, ``rewards/``, ``evaluation/``, ``research/`` (sweep, compare, advise),
 ``checkpoints/``, ``strategies/`` (ranks, ZeRO-3), ``reliability/``, ``models/``, ``ops/`` (the math,
 pure torch) and ``callbacks/`` (the techniques). The extension points are here at the top:
-:class:`Technique` (the hook contract), :class:`RolloutBatch`, :mod:`lite_ppo.metric_names` and
-:class:`UserError`.
+:class:`Technique` (the hook contract), :class:`StepContext` (what every per-step hook receives first),
+:class:`RolloutBatch`, :mod:`lite_ppo.metric_names` and :class:`UserError`.
 """
 
 from lite_ppo import _moved
@@ -13,7 +13,7 @@ from lite_ppo.errors import UserError
 
 __version__ = "0.1.0"
 
-__all__ = ["LitePPO", "RolloutBatch", "Technique", "UserError", "__version__"]
+__all__ = ["LitePPO", "RolloutBatch", "StepContext", "Technique", "UserError", "__version__"]
 
 _moved.install()  # the modules that left the package root still import from their old path, for one release
 
@@ -22,6 +22,7 @@ _LAZY = {
     "LitePPO": "lite_ppo.training.module",
     "Technique": "lite_ppo.technique",
     "RolloutBatch": "lite_ppo.rollout.batch",
+    "StepContext": "lite_ppo.step_context",
 }
 
 

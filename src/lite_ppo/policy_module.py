@@ -1,7 +1,7 @@
 """What a technique may use of the module it is handed: the declared interface of ``LitePPO``.
 
-Hooks receive ``module`` (typed ``LightningModule``, as Lightning's own hooks are); of it a technique
-uses only what :class:`PolicyModule` names. ``tests/test_hook_contract.py`` reads every shipped
+Hooks receive the module as ``ctx.module`` (:class:`~lite_ppo.step_context.StepContext`); of it a
+technique uses only what :class:`PolicyModule` names. ``tests/test_hook_contract.py`` reads every shipped
 callback and fails on any other member, so the module can change everything else without breaking a
 technique. A user's technique that keeps to this list keeps working.
 """
@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from lite_ppo.rollout.batch import RolloutBatch
+    from lite_ppo.step_context import StepContext
     from lite_ppo.step_metrics import StepMetrics
 
 
@@ -56,6 +57,8 @@ class PolicyModule(Protocol):
     def use_rollout_source(self, source: Any) -> None: ...
 
     def report_phase(self, phase: str | None, done: int = 0, total: int = 0) -> None: ...
+
+    def step_context(self) -> StepContext: ...
 
     # -- Lightning's logging, for what is not a step scalar (histograms, timings) ------------------------
     def log(self, name: str, value: Any, **kwargs: Any) -> None: ...

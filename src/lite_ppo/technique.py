@@ -9,6 +9,13 @@ techniques (``lite_ppo.callbacks``) use exactly this contract; a user's techniqu
 file does too. A method of a technique that looks like a hook but is not one (``on_advantage``)
 is refused before any weights load (:func:`check_hook_names`, in the module's ``setup``).
 
+Every per-step hook takes the same first argument, the step's :class:`~lite_ppo.step_context.StepContext`
+(``ctx.trainer``, ``ctx.module``, ``ctx.metrics``, ``ctx.settings``), then what the hook is about:
+``hook(self, ctx, batch)``; ``extra_loss_terms(self, ctx, minibatch)``; ``on_update_end(self, ctx,
+batch, stats)``. A technique written with the earlier signatures (``trainer, module, batch[,
+metrics]``) still runs for one release, through an adapter, with one deprecation line naming the
+hooks to rewrite (:func:`adapt_legacy_hooks`).
+
 Order within one training step: :data:`HOOK_ORDER`, the stages of ``LitePPO.training_step`` (1
 rollout, 2 advantages, 3 loss masks, 4 old log-probs, 5 update, 6 statistics) and the hooks each
 runs. CONTRIBUTING.md's hook table is generated from it (``python -m lite_ppo.technique``).
@@ -22,8 +29,8 @@ costs nothing. A technique that sets :attr:`Technique.needs_old_entropy` also ge
 ``batch.old_entropy``, each token's entropy under pi_old, from that same pass.
 
 ``configure_loss`` runs once, at fit start (clip range, aggregation, ...). Scalars a technique wants
-on TensorBoard go into the step's :class:`~lite_ppo.step_metrics.StepMetrics` (the ``metrics``
-argument, ``ctx.metrics``): the module reduces them once over micro-batches and ranks and logs them
+on TensorBoard go into the step's :class:`~lite_ppo.step_metrics.StepMetrics` (``ctx.metrics``):
+the module reduces them once over micro-batches and ranks and logs them
 with its own at the end of the step, so a technique never writes a rank reduction itself.
 """
 
@@ -38,11 +45,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.pytorch import Callback
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lite_ppo.errors import UserError
 from lite_ppo.ops.policy_objectives import POLICY_OBJECTIVES, policy_objective
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.settings import RunSettings
+from lite_ppo.step_context import StepContext
 from lite_ppo.step_metrics import StepMetrics
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -154,9 +163,9 @@ class Technique(Callback):
                 self.per_token = per_token
 
             @override
-            def shape_rewards(self, trainer, module, batch, metrics):
+            def shape_rewards(self, ctx, batch):
                 penalty = self.per_token * batch.response_lengths.float()
-                metrics.mean("length_penalty/mean", penalty.sum(), penalty.numel())
+                ctx.metrics.mean("length_penalty/mean", penalty.sum(), penalty.numel())
                 return -penalty
     """
 
@@ -189,19 +198,17 @@ class Technique(Callback):
         :class:`~lite_ppo.rollout.settings.SettingsListener`): none looks up the rollout callback."""
 
     # -- rollout callback ------------------------------------------------------------------------
-    def shape_rewards(
-        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
-    ) -> torch.Tensor | None:
+    def shape_rewards(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor | None:
         """Return a reward term [B] added to ``batch.rewards`` (reward shaping), or None.
 
         ``batch.rewards`` are the verifier's; the terms of all techniques add up, in any order.
         """
         return None
 
-    def on_rollout(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> None:
+    def on_rollout(self, ctx: StepContext, batch: RolloutBatch) -> None:
         """After every technique's reward shaping (read-only): observe a generated batch."""
 
-    def keep_groups(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> torch.Tensor | None:
+    def keep_groups(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor | None:
         """Return a bool mask [B] of responses to keep (whole groups), or None to keep all.
 
         When responses are dropped the rollout callback generates more prompts to refill the batch.
@@ -209,26 +216,20 @@ class Technique(Callback):
         return None
 
     # -- module ----------------------------------------------------------------------------------
-    def compute_advantages(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch) -> torch.Tensor:
+    def compute_advantages(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor:
         """Return advantages [B] for ``batch``. Exactly one configured technique overrides this."""
         raise NotImplementedError
 
-    def loss_mask(
-        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
-    ) -> torch.Tensor | None:
+    def loss_mask(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor | None:
         """After advantages: return a mask [B, R] (0/1) multiplied into ``batch.loss_mask``, or None."""
         return None
 
-    def token_weights(
-        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
-    ) -> torch.Tensor | None:
+    def token_weights(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor | None:
         """After ``batch.old_logprobs`` are computed, before the first optimizer step: return
         per-token weights [B, R] of the surrogate loss (multiplied with other techniques'), or None."""
         return None
 
-    def policy_mask(
-        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
-    ) -> torch.Tensor | None:
+    def policy_mask(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor | None:
         """After ``token_weights``, before the first optimizer step: return a 0/1 mask [B, R] of the
         tokens the policy loss is averaged over (masks multiply), or None for all of ``loss_mask``.
 
@@ -238,27 +239,21 @@ class Technique(Callback):
         """
         return None
 
-    def before_update(
-        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
-    ) -> None:
+    def before_update(self, ctx: StepContext, batch: RolloutBatch) -> None:
         """After ``policy_mask``, before the first optimizer step (read-only): every old log-prob,
         advantage, weight and mask of the batch is known; decide what the update needs (e.g. the
-        tokens a penalty will act on, read back in ``extra_loss_terms`` through ``ctx.rows``)."""
+        tokens a penalty will act on, read back in ``extra_loss_terms`` through ``minibatch.rows``)."""
 
-    def observe_old_logprobs(
-        self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, metrics: StepMetrics
-    ) -> None:
+    def observe_old_logprobs(self, ctx: StepContext, batch: RolloutBatch) -> None:
         """After the update (read-only): ``batch.old_logprobs`` holds the trainer's log-probs of
         every response token before the first optimizer step (and ``batch.engine_logprobs`` the
-        engine's, when it reports them). Record diagnostics in ``metrics``."""
+        engine's, when it reports them). Record diagnostics in ``ctx.metrics``."""
 
     def configure_loss(self, config: PolicyLossConfig) -> dict[str, Any]:
         """At fit start: return the fields of ``config`` this technique sets, e.g. ``{"clip_high": 0.28}``."""
         return {}
 
-    def extra_loss_terms(
-        self, trainer: Trainer, module: LightningModule, ctx: MiniBatchContext
-    ) -> dict[str, torch.Tensor]:
+    def extra_loss_terms(self, ctx: StepContext, minibatch: MiniBatchContext) -> dict[str, torch.Tensor]:
         """Return per-token loss terms [b, R] (coefficient included) added to the policy loss.
 
         The module aggregates them with the configured aggregation, so they are weighted exactly
@@ -266,7 +261,7 @@ class Technique(Callback):
         """
         return {}
 
-    def on_update_end(self, trainer: Trainer, module: LightningModule, batch: RolloutBatch, stats: UpdateStats) -> None:
+    def on_update_end(self, ctx: StepContext, batch: RolloutBatch, stats: UpdateStats) -> None:
         """After the last optimizer step of the training step. Read-only; log here."""
 
     # -- any callback ----------------------------------------------------------------------------
@@ -305,50 +300,50 @@ HOOK_ORDER: tuple[HookDoc, ...] = (
         "a generation budget (Dr. GRPO), an overlong limit, an engine requirement",
     ),
     HookDoc(
-        "shape_rewards(trainer, module, batch, metrics) -> [B] or None",
+        "shape_rewards(ctx, batch) -> [B] or None",
         "1 rollout: the rollout source, after scoring (every generation round, refills included)",
         "a reward term; the terms of all techniques are added to the verifier's rewards",
         "reward shaping (overlong penalty, length penalty)",
     ),
     HookDoc(
-        "on_rollout(trainer, module, batch)",
+        "on_rollout(ctx, batch)",
         "1 rollout: after all shaping",
         "nothing (read-only)",
         "observing what was generated",
     ),
     HookDoc(
-        "keep_groups(trainer, module, batch) -> [B] or None",
+        "keep_groups(ctx, batch) -> [B] or None",
         "1 rollout: after `on_rollout`",
         "a bool mask over whole groups; masks are ANDed",
         "dynamic sampling; the callback refills the batch",
     ),
     HookDoc(
-        "compute_advantages(trainer, module, batch) -> [B]",
+        "compute_advantages(ctx, batch) -> [B]",
         "2 advantages: exactly one technique",
         "advantages",
         "the advantage estimator (`AdvantageNormalization`)",
     ),
     HookDoc(
-        "loss_mask(trainer, module, batch, metrics) -> [B, R] or None",
+        "loss_mask(ctx, batch) -> [B, R] or None",
         "3 loss masks",
         "a 0/1 mask; masks multiply into `batch.loss_mask`",
         "overlong filtering",
     ),
     HookDoc(
-        "token_weights(trainer, module, batch, metrics) -> [B, R] or None",
+        "token_weights(ctx, batch) -> [B, R] or None",
         "4 old log-probs: after them, before the first optimizer step",
         "per-token weights of the surrogate; weights multiply",
         "importance-sampling corrections, Clip-Cov",
     ),
     HookDoc(
-        "policy_mask(trainer, module, batch, metrics) -> [B, R] or None",
+        "policy_mask(ctx, batch) -> [B, R] or None",
         "4 old log-probs: after `token_weights`",
         "a 0/1 mask of the tokens the policy loss is averaged over (they alone count in its denominator); "
         "masks multiply",
         "high-entropy tokens",
     ),
     HookDoc(
-        "before_update(trainer, module, batch, metrics)",
+        "before_update(ctx, batch)",
         "4 old log-probs: after `policy_mask`",
         "nothing (read-only): every old log-prob, advantage, weight and mask known",
         "choosing tokens for a penalty (KL-Cov)",
@@ -360,19 +355,19 @@ HOOK_ORDER: tuple[HookDoc, ...] = (
         "clip range, dual clip, loss aggregation, policy objective (GSPO)",
     ),
     HookDoc(
-        "extra_loss_terms(trainer, module, ctx) -> {name: [b, R]}",
+        "extra_loss_terms(ctx, minibatch) -> {name: [b, R]}",
         "5 update: every micro-batch",
         "per-token loss terms",
         "KL loss, entropy bonus",
     ),
     HookDoc(
-        "observe_old_logprobs(trainer, module, batch, metrics)",
+        "observe_old_logprobs(ctx, batch)",
         "6 statistics: after the update",
         "nothing (read-only): every old log-prob",
         "drift diagnostics",
     ),
     HookDoc(
-        "on_update_end(trainer, module, batch, stats)",
+        "on_update_end(ctx, batch, stats)",
         "6 statistics: the step's scalars reduced",
         "nothing (read-only): the final batch, the typed `UpdateStats`",
         "reading the update",
@@ -427,6 +422,71 @@ def check_hook_names(techniques: list[Technique]) -> None:
                         f"{type(technique).__name__}.{name} is not a hook and would never run: {hint}"
                         f"technique hooks: {', '.join(TECHNIQUE_HOOKS)} (rename it, or prefix a helper with _)"
                     )
+
+
+# The per-step hooks (every one takes ``ctx`` first) and, for the signatures before StepContext
+# (``trainer, module, <the same arguments>[, metrics]``), whether the old form ended in the step's metrics.
+STEP_HOOKS = tuple(h.name for h in HOOK_ORDER if h.arguments[:1] == ["ctx"])
+_LEGACY_TOOK_METRICS = frozenset(
+    {"shape_rewards", "loss_mask", "token_weights", "policy_mask", "before_update", "observe_old_logprobs"}
+)
+
+
+class _LegacyHook:
+    """A hook written with the signature before StepContext, called with today's: ``hook(ctx, *args)``
+    runs ``function(technique, ctx.trainer, ctx.module, *args[, ctx.metrics])``."""
+
+    def __init__(self, function: Callable[..., Any], technique: Technique, takes_metrics: bool) -> None:
+        self.function, self.technique, self.takes_metrics = function, technique, takes_metrics
+
+    def __call__(self, ctx: StepContext, *args: Any) -> Any:
+        metrics = (ctx.metrics,) if self.takes_metrics else ()
+        return self.function(self.technique, ctx.trainer, ctx.module, *args, *metrics)
+
+
+def _positional_arity(function: Callable[..., Any]) -> tuple[int, float]:
+    """How many positional arguments ``function`` takes after ``self``: (required, at most)."""
+    required, most = 0, 0.0
+    for parameter in list(inspect.signature(function).parameters.values())[1:]:
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            most = float("inf")
+        elif parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            most += 1
+            required += parameter.default is parameter.empty
+    return required, most
+
+
+def adapt_legacy_hooks(techniques: list[Technique]) -> None:
+    """Let a technique written with the hook signatures before :class:`StepContext` run: each such hook
+    (``shape_rewards(self, trainer, module, batch, metrics)``) is called through an adapter, and one
+    deprecation line per technique names the hooks to rewrite as ``hook(self, ctx, batch)``. A hook
+    that takes neither form is refused with one line."""
+    for technique in techniques:
+        name, legacy = type(technique).__name__, []
+        for hook in STEP_HOOKS:
+            if not overrides(technique, hook):
+                continue
+            function = getattr(type(technique), hook)
+            arguments = next(h.arguments for h in HOOK_ORDER if h.name == hook)
+            old = len(arguments) + 1 + (hook in _LEGACY_TOOK_METRICS)  # ctx -> trainer, module
+            required, most = _positional_arity(function)
+            if required <= len(arguments) <= most:
+                continue
+            if required <= old <= most:
+                setattr(technique, hook, _LegacyHook(function, technique, hook in _LEGACY_TOOK_METRICS))
+                legacy.append(hook)
+                continue
+            raise UserError(
+                f"{name}.{hook} takes {required} argument(s); write it as {hook}(self, {', '.join(arguments)}) "
+                "(CONTRIBUTING.md, 'Write a new technique as a callback')"
+            )
+        if legacy:
+            rank_zero_warn(
+                f"{name}: {', '.join(legacy)} use(s) the hook signature before StepContext (trainer, module, ...), "
+                f"run through an adapter for this release; write {'them' if len(legacy) > 1 else 'it'} as "
+                "hook(self, ctx, batch) and read ctx.trainer, ctx.module, ctx.metrics",
+                category=FutureWarning,
+            )
 
 
 def techniques_of(trainer: Trainer) -> list[Technique]:

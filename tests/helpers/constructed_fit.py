@@ -55,7 +55,7 @@ class FakePolicy(torch.nn.Module):
 
 
 class FixedAdvantages(Technique):
-    def compute_advantages(self, trainer, module, batch):
+    def compute_advantages(self, ctx, batch):
         return torch.tensor(ADVANTAGES)
 
 

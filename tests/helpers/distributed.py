@@ -126,7 +126,7 @@ class FirstTokenParityReward(Technique):
     trains. Use as ``--trainer.callbacks+=test_distributed.FirstTokenParityReward`` with tests/ on
     PYTHONPATH."""
 
-    def shape_rewards(self, trainer, module, batch, metrics):
+    def shape_rewards(self, ctx, batch):
         return (batch.response_ids[:, 0] % 2 == 0).float() - batch.rewards
 
 
@@ -174,7 +174,7 @@ def _worker(args) -> None:
             self.micros_per_step: list[int] = []
             self.allreduce_at: list[tuple[int, int]] = []  # (optimizer step, micro-batch) of each DDP bucket all-reduce
 
-        def extra_loss_terms(self, trainer, module, ctx):
+        def extra_loss_terms(self, ctx, minibatch):
             self.micro += 1  # called once per micro-batch, before its backward
             return {}
 
@@ -205,31 +205,31 @@ def _worker(args) -> None:
                 grad = safe_get_full_grad(p) if hasattr(p, "ds_id") else p.grad
                 self.grads[name] = grad.detach().float().cpu().clone().reshape(getattr(p, "ds_shape", p.shape))
 
-        def on_update_end(self, trainer, module, batch, stats):
+        def on_update_end(self, ctx, batch, stats):
             self.advantages = batch.advantages.detach().cpu().clone()
             # REINFORCE++ whitens over the global batch (token-weighted): rank 0's short and rank 1's
             # long responses give local statistics far from the global ones. Its advantages of this
             # rank's rows, and the statistics it logged (reduced here, which also resets them).
             self.reinforce_pp = {}
             for baseline in (False, True):
-                advantages = ReinforcePlusPlus(group_baseline=baseline).compute_advantages(trainer, module, batch)
-                logged = module.step_metrics.compute(Ranks(trainer))
+                advantages = ReinforcePlusPlus(group_baseline=baseline).compute_advantages(ctx, batch)
+                logged = ctx.module.step_metrics.compute(Ranks(ctx.trainer))
                 self.reinforce_pp[baseline] = (advantages.cpu(), {k: v.cpu() for k, v in logged.items()})
             # The KL-shaped return: per-token advantages whitened over every rank's response tokens,
             # the KL to the initial weights (the policy has taken its optimizer steps by now). This
             # rank's tokens, flattened row-major: in rank order they are the 1-process flattening.
             shaped = ReinforcePlusPlus(kl_coef=0.5)
-            shaped.on_fit_start(trainer, module)
-            advantages = shaped.compute_advantages(trainer, module, batch)
-            logged = module.step_metrics.compute(Ranks(trainer))
-            shaped.on_fit_end(trainer, module)
+            shaped.on_fit_start(ctx.trainer, ctx.module)
+            advantages = shaped.compute_advantages(ctx, batch)
+            logged = ctx.module.step_metrics.compute(Ranks(ctx.trainer))
+            shaped.on_fit_end(ctx.trainer, ctx.module)
             tokens = advantages[batch.response_mask.bool()].cpu()
             self.reinforce_pp["kl_shaped"] = (tokens, {k: v.cpu() for k, v in logged.items()})
             self.stats = {k: torch.as_tensor(v).detach().float().cpu().clone() for k, v in stats.scalars.items()}
             # The token selections, flattened over this rank's loss tokens (row-major: concatenated
             # in rank order they are the 1-process flattening).
             tokens = batch.loss_mask > 0
-            kl_cov = next((cb for cb in trainer.callbacks if isinstance(cb, KLCov)), None)
+            kl_cov = next((cb for cb in ctx.trainer.callbacks if isinstance(cb, KLCov)), None)
             chosen = {
                 "policy_mask": batch.policy_mask,
                 "token_weights": batch.token_weights,

@@ -20,7 +20,7 @@ class SignedAdvantages(Technique):
     A deterministic learning signal that moves the random tiny model's weights every step (the
     verifier's rewards are all 0 for it, so the real estimators would give zero advantages)."""
 
-    def compute_advantages(self, trainer, module, batch):
+    def compute_advantages(self, ctx, batch):
         return torch.where(batch.response_ids[:, 0] % 2 == 0, 1.0, -1.0)
 
 
@@ -34,10 +34,10 @@ class NaNLoss(Technique):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
         self._step = trainer.fit_loop.epoch_loop.total_batch_idx
 
-    def extra_loss_terms(self, trainer, module, ctx):
+    def extra_loss_terms(self, ctx, minibatch):
         if self._step not in self.steps:
             return {}
-        return {"injected_nan": ctx.logprobs * float("nan")}
+        return {"injected_nan": minibatch.logprobs * float("nan")}
 
 
 class StepMarker(Callback):

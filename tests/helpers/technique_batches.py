@@ -7,6 +7,8 @@ from types import SimpleNamespace
 import torch
 
 from lite_ppo.rollout.batch import RolloutBatch
+from lite_ppo.step_context import StepContext
+from lite_ppo.step_metrics import StepMetrics
 
 
 def make_batch(
@@ -54,3 +56,11 @@ class CaptureModule:
 
     def all_gather(self, value):  # pragma: no cover - single process
         return value
+
+
+def step_ctx(trainer=None, module=None, metrics=None) -> StepContext:
+    """The ``ctx`` a hook receives, for calling a hook by hand: the step's metrics are ``metrics``, else
+    the module's own ``step_metrics`` (as in a run), else fresh ones."""
+    if metrics is None:
+        metrics = getattr(module, "step_metrics", None)
+    return StepContext(trainer, module, StepMetrics() if metrics is None else metrics)

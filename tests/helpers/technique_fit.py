@@ -40,12 +40,12 @@ class Record(Technique):
         self.micro: list[dict[str, torch.Tensor]] = []
         self.steps: list[dict[str, float]] = []
 
-    def extra_loss_terms(self, trainer, module, ctx):
-        b = ctx.batch
+    def extra_loss_terms(self, ctx, minibatch):
+        b = minibatch.batch
         self.micro.append(
             {
-                "entropy": ctx.entropy.detach().clone(),
-                "logprobs": ctx.logprobs.detach().clone(),
+                "entropy": minibatch.entropy.detach().clone(),
+                "logprobs": minibatch.logprobs.detach().clone(),
                 "old_logprobs": b.old_logprobs.detach().clone(),
                 "loss_mask": b.loss_mask.detach().clone(),
                 "advantages": b.advantages.detach().clone(),
@@ -53,7 +53,7 @@ class Record(Technique):
         )
         return {}
 
-    def on_update_end(self, trainer, module, batch, stats):
+    def on_update_end(self, ctx, batch, stats):
         self.batch = batch
         self.steps.append({k: float(v) for k, v in stats.scalars.items()})
 

@@ -36,7 +36,7 @@ GRAD_RTOL = 40 * 768**0.5 * UNIT_ROUNDOFF * 1.5
 
 
 class FixedAdvantages(Technique):
-    def compute_advantages(self, trainer, module, batch):
+    def compute_advantages(self, ctx, batch):
         return ADVANTAGES.to(batch.rewards.device, copy=True)
 
 
@@ -55,10 +55,10 @@ class Observe(Technique):
 
         trainer.optimizers[0].register_step_pre_hook(record)
 
-    def observe_old_logprobs(self, trainer, module, batch, metrics):
+    def observe_old_logprobs(self, ctx, batch):
         self.old = batch.old_logprobs.detach().clone()
 
-    def on_update_end(self, trainer, module, batch, stats):
+    def on_update_end(self, ctx, batch, stats):
         self.scalars = {k: float(v) for k, v in stats.scalars.items()}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from typing_extensions import override
 
+from lite_ppo.step_context import StepContext
 from lite_ppo.technique import MiniBatchContext, Technique
 
 
@@ -35,9 +36,9 @@ class EntropyBonus(Technique):
         self.coef = coef
 
     @override
-    def extra_loss_terms(self, trainer, module, ctx: MiniBatchContext) -> dict[str, torch.Tensor]:
-        entropy = ctx.entropy  # [b, R], carries gradients
-        mask = ctx.batch.loss_mask
+    def extra_loss_terms(self, ctx: StepContext, minibatch: MiniBatchContext) -> dict[str, torch.Tensor]:
+        entropy = minibatch.entropy  # [b, R], carries gradients
+        mask = minibatch.batch.loss_mask
         ctx.metrics.mean("entropy_bonus/entropy", (entropy.detach() * mask).sum(), mask.sum())
         ctx.metrics.mean("entropy_bonus/coef", self.coef, 1)
         return {"entropy_bonus": -self.coef * entropy}

@@ -23,6 +23,7 @@ from lite_ppo.ops import (
 from lite_ppo.policy_module import PhaseListener
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.settings import SettingsListener
+from lite_ppo.step_context import StepContext
 from lite_ppo.step_metrics import StepMetrics
 from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.strategies.zero import (
@@ -34,6 +35,7 @@ from lite_ppo.strategies.zero import (
 from lite_ppo.technique import (
     PolicyLossConfig,
     Technique,
+    adapt_legacy_hooks,
     advantage_estimator,
     build_loss_config,
     check_hook_names,
@@ -224,6 +226,7 @@ class LitePPO(LightningModule):
             refuse_repeated_techniques([type(t) for t in techniques])
             refuse_conflicting_techniques(techniques)
             check_hook_names(techniques)
+            adapt_legacy_hooks(techniques)  # a technique written with the hooks' earlier signatures
             self._estimator = advantage_estimator(techniques)
 
     def configure_model(self) -> None:
@@ -352,13 +355,13 @@ class LitePPO(LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, RolloutBatch]:
         """One RL step, in the order of the hook contract (``lite_ppo.technique``); returns the final
         batch as the step's ``outputs``."""
-        techniques, metrics = techniques_of(self.trainer), self.step_metrics
+        techniques, ctx = techniques_of(self.trainer), self.step_context()
         # 1. Rollout: generated, scored, shaped, filtered and refilled by the rollout source.
         rollout = self.rollout_source.training_rollout(self.trainer, self, batch, batch_idx)
         # 2. Advantages, from the one estimator.
-        rollout = replace(rollout, advantages=self._advantages(rollout))
+        rollout = replace(rollout, advantages=self._advantages(ctx, rollout))
         # 3. Loss masks (they multiply).
-        masks = [t.loss_mask(self.trainer, self, rollout, metrics) for t in techniques]
+        masks = [t.loss_mask(ctx, rollout) for t in techniques]
         rollout = replace(rollout, loss_mask=_product(rollout.loss_mask, masks))
         # 4. Old log-probs known before the update (pi_old's entropy from the same pass when a
         #    technique needs it); with all of them known, token weights and the policy mask.
@@ -369,34 +372,34 @@ class LitePPO(LightningModule):
         rollout = replace(rollout, old_logprobs=known, old_entropy=old_entropy)
         old_logprob_s = time.perf_counter() - start
         if old.source == "recompute":
-            weights = [t.token_weights(self.trainer, self, rollout, metrics) for t in techniques]
+            weights = [t.token_weights(ctx, rollout) for t in techniques]
             rollout = replace(rollout, token_weights=_product(rollout.token_weights, weights))
-            selections = [t.policy_mask(self.trainer, self, rollout, metrics) for t in techniques]
+            selections = [t.policy_mask(ctx, rollout) for t in techniques]
             rollout = replace(rollout, policy_mask=_product(rollout.policy_mask, selections))
             for technique in techniques:
-                technique.before_update(self.trainer, self, rollout, metrics)
+                technique.before_update(ctx, rollout)
         # 5. The update: num_mini_batches optimizer steps (lite_ppo.training.update).
         start = time.perf_counter()
-        ppo_update(self, rollout, techniques, metrics, old)
+        ppo_update(self, rollout, techniques, ctx, old)
         rollout = replace(rollout, old_logprobs=old.values)  # complete now that the first optimizer step ran
         update_s = time.perf_counter() - start
         for technique in techniques:
-            technique.observe_old_logprobs(self.trainer, self, rollout, metrics)
+            technique.observe_old_logprobs(ctx, rollout)
         # 6. Statistics: reduced once over micro-batches and ranks, shown to the techniques, logged.
-        step_statistics(metrics, rollout, old_logprob_s, update_s)
-        scalars = metrics.compute(Ranks(self._trainer))
+        step_statistics(ctx.metrics, rollout, old_logprob_s, update_s)
+        scalars = ctx.metrics.compute(Ranks(self._trainer))
         stats = update_stats(scalars)
         for technique in techniques:
-            technique.on_update_end(self.trainer, self, rollout, stats)
+            technique.on_update_end(ctx, rollout, stats)
         for prog_bar in (False, True):
             part = {k: v for k, v in scalars.items() if (k in LIVE) == prog_bar}
             self.log_dict(part, on_step=True, on_epoch=False, batch_size=rollout.num_responses, prog_bar=prog_bar)
         self.report_phase(None)
         return {"rollout": rollout}
 
-    def _advantages(self, rollout: RolloutBatch) -> torch.Tensor:
+    def _advantages(self, ctx: StepContext, rollout: RolloutBatch) -> torch.Tensor:
         """The estimator's advantages, float32, [B] (or [B, R] with ``per_token_advantages``)."""
-        advantages = self._estimator.compute_advantages(self.trainer, self, rollout).to(torch.float32)
+        advantages = self._estimator.compute_advantages(ctx, rollout).to(torch.float32)
         per_token = self._estimator.per_token_advantages
         expected = tuple(rollout.response_mask.shape) if per_token else (rollout.num_responses,)
         if tuple(advantages.shape) != expected:
@@ -415,6 +418,12 @@ class LitePPO(LightningModule):
         return {"rollout": source.validation_rollout(self.trainer, self, batch, batch_idx)}
 
     # -- pieces --------------------------------------------------------------------------------------
+    def step_context(self) -> StepContext:
+        """What this step's technique hooks receive first: the trainer, this module, the step's
+        metrics and the run's rollout settings (``lite_ppo.step_context``)."""
+        source = self._rollout_source[1] if self._rollout_source is not None else None
+        return StepContext(self._trainer, self, self.step_metrics, getattr(source, "settings", None))
+
     def report_phase(self, phase: str | None, done: int = 0, total: int = 0) -> None:
         """Say what the training step is doing now (``"generating"``, ``"updating"`` 2 of 4, ...;
         None when the step is over): every :class:`~lite_ppo.policy_module.PhaseListener` callback

@@ -20,7 +20,7 @@ from lite_ppo import metric_names as names
 from lite_ppo.ops import PolicyObjective, aggregate_loss, aggregation_denominator, policy_objective
 from lite_ppo.reliability.divergence import divergence_guard_of
 from lite_ppo.rollout.batch import RolloutBatch
-from lite_ppo.step_metrics import StepMetrics
+from lite_ppo.step_context import StepContext
 from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.strategies.zero import begin_micro_batch, deepspeed_engine, engine_grad_norm
 from lite_ppo.technique import MiniBatchContext, Technique, objective_kwargs
@@ -36,16 +36,15 @@ def ppo_update(
     module: LitePPO,
     rollout: RolloutBatch,
     techniques: list[Technique],
-    metrics: StepMetrics,
+    ctx: StepContext,
     old: OldLogprobs,
 ) -> None:
     """The ``num_mini_batches`` optimizer steps on ``rollout``, each micro-batch's old log-probs
-    from ``old``; their scalars go to ``metrics``."""
+    from ``old``; their scalars go to the step's metrics (``ctx.metrics``)."""
     optimizer, scheduler = module.optimizers(), module.lr_schedulers()
     guard = divergence_guard_of(module.trainer)  # skips optimizer steps with a non-finite loss or grad norm
-    update = _Update(
-        techniques, metrics, policy_objective(module.loss_config.objective), module.mini_batches(rollout), old
-    )
+    metrics = ctx.metrics
+    update = _Update(techniques, ctx, policy_objective(module.loss_config.objective), module.mini_batches(rollout), old)
     for step, step_rows in enumerate(update.mini_batches):
         module.report_phase("updating", step + 1, len(update.mini_batches))
         # 1. The optimizer step's rows, and its loss denominators over all its micro-batches and ranks.
@@ -98,7 +97,7 @@ def _micro_step(
 
     ``first``: whether this is the first optimizer step and its first micro-batch, whose old
     log-probs may come from this forward (``update.old``)."""
-    cfg, metrics, objective = module.loss_config, update.metrics, update.objective
+    cfg, metrics, objective = module.loss_config, update.ctx.metrics, update.objective
     terms_denominator, policy_denominator = denominators
     begin_micro_batch(module._trainer)  # DeepSpeed: accumulate, not overwrite, this micro-batch's gradient
     logprobs, entropy = module.score_responses(micro)
@@ -116,7 +115,7 @@ def _micro_step(
         token_loss = token_loss * micro.token_weights
     policy_loss = aggregate_loss(token_loss, micro.policy_loss_mask, cfg.aggregation, policy_denominator)
     loss = policy_loss
-    ctx = MiniBatchContext(
+    minibatch = MiniBatchContext(
         batch=micro,
         logprobs=logprobs,
         entropy=entropy,
@@ -126,7 +125,7 @@ def _micro_step(
     )
     steps = len(update.mini_batches)  # each optimizer step's loss is a global mean: report their mean
     for technique in update.techniques:
-        for name, term in technique.extra_loss_terms(module.trainer, module, ctx).items():
+        for name, term in technique.extra_loss_terms(update.ctx, minibatch).items():
             term_loss = aggregate_loss(term, micro.loss_mask, cfg.aggregation, terms_denominator)
             loss = loss + term_loss
             metrics.sum(f"loss/{name}", term_loss / steps)
@@ -170,7 +169,7 @@ class _Update:
     """What every micro-batch of one ``ppo_update`` shares."""
 
     techniques: list[Technique]
-    metrics: StepMetrics
+    ctx: StepContext
     objective: PolicyObjective
     mini_batches: list[torch.Tensor]
     old: OldLogprobs
