@@ -49,10 +49,12 @@ def test_a_doc_sweep_command_expands_its_grid(command, tmp_path, monkeypatch, ca
     if "--seed" in args:
         rest = args[args.index("--seed") + 1 :]
         seeds = next((i for i, a in enumerate(rest) if a.startswith("-")), len(rest))
+    only = {args[i + 1].split("=", 1)[0] for i, arg in enumerate(args) if arg == "--only"}  # one level each
     levels = 1
     for i, arg in enumerate(args):
         if arg == "--factor":
-            levels *= len(args[i + 1].split("=", 1)[1].split(","))
+            name, spec = args[i + 1].split("=", 1)
+            levels *= 1 if name in only else len(spec.split(","))
     recipes = 1
     if "--recipe" in args:
         rest = args[args.index("--recipe") + 1 :]

@@ -16,7 +16,6 @@ from lite_ppo.models import load_causal_lm, load_tokenizer, resolve_model
 from lite_ppo.models.adapter_checkpoint import BASE_KEY, adapter_state, base_identity, with_base_weights
 from lite_ppo.models.lora import LoraSettings, is_lora_model
 from lite_ppo.ops import (
-    MINI_BATCH_SPLITS,
     mini_batch_rows,
     policy_objective,
 )
@@ -30,7 +29,6 @@ from lite_ppo.strategies.zero import (
     adamw_class,
     hf_zero3_loading,
     set_gradient_clipping,
-    zero3_inference_engine,
 )
 from lite_ppo.technique import (
     PolicyLossConfig,
@@ -44,9 +42,10 @@ from lite_ppo.technique import (
     refuse_repeated_techniques,
     techniques_of,
 )
-from lite_ppo.training.old_logprobs import OLD_LOGPROB_SOURCES, OldLogprobs, choose_source
+from lite_ppo.training.frozen_model import load_frozen_model
+from lite_ppo.training.old_logprobs import OldLogprobs, choose_source
 from lite_ppo.training.policy_scorer import PolicyScorer
-from lite_ppo.training.preflight import check_fit_settings
+from lite_ppo.training.preflight import check_fit_settings, check_module_arguments
 from lite_ppo.training.resume import check_resume, format_differences, technique_differences, technique_settings
 from lite_ppo.training.rollout_source import NO_SOURCE, RolloutSource, ValidationRolloutSource
 from lite_ppo.training.schedule import lr_lambda, planned_optimizer_steps
@@ -152,22 +151,9 @@ class LitePPO(LightningModule):
         lora: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        if num_mini_batches < 1 or micro_batch_size < 1:
-            raise UserError(
-                f"model.num_mini_batches={num_mini_batches} and model.micro_batch_size={micro_batch_size}: "
-                "both must be >= 1"
-            )
-        if micro_batch_tokens is not None and micro_batch_tokens < 1:
-            raise UserError(
-                f"model.micro_batch_tokens={micro_batch_tokens}: must be >= 1, "
-                "or null for micro_batch_size responses per pass"
-            )
-        if logprob_chunk_size is not None and logprob_chunk_size < 1:
-            raise UserError(f"model.logprob_chunk_size={logprob_chunk_size}: must be >= 1, or null for full logits")
-        if mini_batch_split not in MINI_BATCH_SPLITS:
-            raise UserError(f"model.mini_batch_split={mini_batch_split!r}: choose group or row")
-        if old_logprobs not in OLD_LOGPROB_SOURCES:
-            raise UserError(f"model.old_logprobs={old_logprobs!r}: choose reuse_first, recompute or engine")
+        check_module_arguments(  # the values alone, at construction (lite_ppo.training.preflight)
+            num_mini_batches, micro_batch_size, micro_batch_tokens, logprob_chunk_size, mini_batch_split, old_logprobs
+        )
         self.lora = LoraSettings.from_config(lora)  # its values refused here, its targets before the weights load
         self._base_identity: dict[str, Any] | None = None  # a LoRA run's base, for its checkpoints
         self.save_hyperparameters()
@@ -254,30 +240,10 @@ class LitePPO(LightningModule):
             self.policy.gradient_checkpointing_enable()
 
     def load_frozen_model(self, path: str) -> torch.nn.Module:
-        """A frozen, eval-mode causal LM from ``path`` (a folder or ``builtin:...``) in the policy's
-        dtype, laid out like the policy, for techniques that score with a second model (a reference).
-
-        On one device or under DDP it is a plain copy on the policy's device. Under ZeRO-3 it is
-        partitioned over the ranks like the policy and wrapped in a DeepSpeed engine without an
-        optimizer (``strategies.zero.zero3_inference_engine``), whose hooks gather each layer's
-        parameters for its forward: every rank must then run the same number of forwards with it,
-        as the update's micro-batches do. The engine lives as long as the returned model.
-        """
-        # Under ZeRO-3, transformers' flag registered for the policy (kept alive by this module's
-        # token) makes from_pretrained build it partitioned too. Registering a second token here
-        # would replace the policy's, and the flag would vanish with it (generate then loses
-        # synced_gpus and the ranks' collectives diverge).
-        model = load_causal_lm(resolve_model(path), self.hparams.torch_dtype)
-        model.config.use_cache = False
-        model.requires_grad_(False)
-        model.eval()
-        engine = zero3_inference_engine(model, self._trainer)
-        if engine is None:
-            return model.to(self.device)
-        # Not a submodule (the engine holds the model: .modules() would loop), only kept alive by
-        # it: dropping the engine would remove its hooks and leave the model's parameters empty.
-        model.__dict__["_lite_ppo_deepspeed_engine"] = engine
-        return model
+        """A frozen, eval-mode causal LM from ``path`` in the policy's dtype, laid out like the policy
+        (under ZeRO-3 partitioned like it), for a technique that scores with a second model
+        (``lite_ppo.training.frozen_model``)."""
+        return load_frozen_model(path, self.hparams.torch_dtype, self._trainer, self.device)
 
     def _sharded(self) -> bool:
         """Whether a DeepSpeed strategy writes the weights (its own files, every rank's shard)."""

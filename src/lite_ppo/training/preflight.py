@@ -25,6 +25,9 @@ loads). It reads only settings and the model's ``config.json`` (no weights), and
   reference read whole tensors, which ZeRO-3 partitions (the values and target modules of
   ``model.lora`` are checked by ``lite_ppo.models.lora``, also before the weights load).
 
+:func:`check_module_arguments` checks ``LitePPO``'s own arguments that are wrong whatever the run (counts
+below 1, an unknown mini-batch split or old-log-prob source) when the module is built.
+
 Example:
     >>> check_fit_settings(trainer, module)   # doctest: +SKIP
     Traceback (most recent call last):
@@ -38,13 +41,15 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from lite_ppo.errors import UserError
+from lite_ppo.ops import MINI_BATCH_SPLITS
 from lite_ppo.rollout.context import context_limit, model_context
+from lite_ppo.training.old_logprobs import OLD_LOGPROB_SOURCES
 from lite_ppo.training.schedule import short_run_note
 
 if TYPE_CHECKING:  # pragma: no cover
     from lightning.pytorch import LightningModule, Trainer
 
-__all__ = ["check_fit_settings", "model_context_length"]
+__all__ = ["check_fit_settings", "check_module_arguments", "model_context_length"]
 
 
 def check_fit_settings(trainer: Trainer, module: LightningModule) -> None:
@@ -198,3 +203,30 @@ def _generating_source(module: LightningModule) -> Any:
 
     source = module.rollout_source
     return source if isinstance(getattr(source, "producer", None), RolloutProducer) else None
+
+
+def check_module_arguments(
+    num_mini_batches: int,
+    micro_batch_size: int,
+    micro_batch_tokens: int | None,
+    logprob_chunk_size: int | None,
+    mini_batch_split: str,
+    old_logprobs: str,
+) -> None:
+    """``LitePPO``'s own arguments that are wrong whatever the run: one line naming the option."""
+    if num_mini_batches < 1 or micro_batch_size < 1:
+        raise UserError(
+            f"model.num_mini_batches={num_mini_batches} and model.micro_batch_size={micro_batch_size}: "
+            "both must be >= 1"
+        )
+    if micro_batch_tokens is not None and micro_batch_tokens < 1:
+        raise UserError(
+            f"model.micro_batch_tokens={micro_batch_tokens}: must be >= 1, "
+            "or null for micro_batch_size responses per pass"
+        )
+    if logprob_chunk_size is not None and logprob_chunk_size < 1:
+        raise UserError(f"model.logprob_chunk_size={logprob_chunk_size}: must be >= 1, or null for full logits")
+    if mini_batch_split not in MINI_BATCH_SPLITS:
+        raise UserError(f"model.mini_batch_split={mini_batch_split!r}: choose group or row")
+    if old_logprobs not in OLD_LOGPROB_SOURCES:
+        raise UserError(f"model.old_logprobs={old_logprobs!r}: choose reuse_first, recompute or engine")
