@@ -45,6 +45,8 @@ MECHANISM = (
 
 def contrast(diffs: list[float]) -> str:
     """The per-seed contrasts' mean, t-interval and one-sample t-test (``contrast_ci``) and their MDE."""
+    if len(diffs) < 2:  # e.g. at equal tokens when one cell has no held-out evaluation within the budget
+        return f"no contrast: {len(diffs)} paired seed(s)"
     c = contrast_ci(diffs)
     sd = float(np.std(diffs, ddof=1))
     low, high = c["ci"]

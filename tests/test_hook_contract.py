@@ -141,7 +141,7 @@ def test_old_and_new_signatures_train_alike(tmp_path):
 
 # -- order-independent composition -----------------------------------------------------------------------
 class MaskRow(Technique):
-    """Removes row ``row`` from the loss; records the metrics argument's share."""
+    """Removes row ``row`` from the loss; records the kept share in ``ctx.metrics``."""
 
     repeatable = True  # two of them, masking two rows, are the point of the composition test
 
