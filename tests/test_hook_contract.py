@@ -97,7 +97,11 @@ def test_hooks_with_the_old_signatures_are_adapted_and_named_once():
     from lite_ppo.technique import UpdateStats, adapt_legacy_hooks
 
     legacy, current = LegacyMaskRow(1), MaskRow(1)
-    with pytest.warns(FutureWarning, match=r"^LegacyMaskRow: loss_mask, on_update_end use\(s\) the hook signature"):
+    with pytest.warns(
+        FutureWarning,
+        match=r"^LegacyMaskRow: hook signatures before StepContext .*: write loss_mask\(self, ctx, batch\), "
+        r"on_update_end\(self, ctx, batch, stats\);",
+    ):
         adapt_legacy_hooks([legacy, current])
     batch, trainer, module = make_batch([1.0, 0.0, 1.0], [0, 0, 1], [2, 3, 1]), SimpleNamespace(), SimpleNamespace()
     ctx = step_ctx(trainer, module)

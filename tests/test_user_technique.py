@@ -70,7 +70,8 @@ def test_a_technique_written_before_step_context_runs_the_same_with_one_deprecat
     trainer, module, ctx)``) still trains, through the adapter, to exactly the same scalars as today's,
     and the run says once what to rewrite."""
     with pytest.warns(
-        FutureWarning, match=r"^EntropyBonus: extra_loss_terms use\(s\) the hook signature before StepContext"
+        FutureWarning,
+        match=r"^EntropyBonus: hook signatures before StepContext .*: write extra_loss_terms\(self, ctx, minibatch\);",
     ):
         before = _fit_with_user_folder(USER_DIR / "before_step_context", tmp_path / "before", monkeypatch)
     now = _fit_with_user_folder(USER_DIR, tmp_path / "now", monkeypatch)

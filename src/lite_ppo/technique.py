@@ -474,7 +474,7 @@ def adapt_legacy_hooks(techniques: list[Technique]) -> None:
                 continue
             if required <= old <= most:
                 setattr(technique, hook, _LegacyHook(function, technique, hook in _LEGACY_TOOK_METRICS))
-                legacy.append(hook)
+                legacy.append(f"{hook}(self, {', '.join(arguments)})")
                 continue
             raise UserError(
                 f"{name}.{hook} takes {required} argument(s); write it as {hook}(self, {', '.join(arguments)}) "
@@ -482,9 +482,9 @@ def adapt_legacy_hooks(techniques: list[Technique]) -> None:
             )
         if legacy:
             rank_zero_warn(
-                f"{name}: {', '.join(legacy)} use(s) the hook signature before StepContext (trainer, module, ...), "
-                f"run through an adapter for this release; write {'them' if len(legacy) > 1 else 'it'} as "
-                "hook(self, ctx, batch) and read ctx.trainer, ctx.module, ctx.metrics",
+                f"{name}: hook signatures before StepContext (trainer, module, ...), run through an adapter for "
+                f"this release: write {', '.join(legacy)}; ctx.trainer, ctx.module and ctx.metrics hold what the "
+                "old arguments did",
                 category=FutureWarning,
             )
 
