@@ -459,7 +459,7 @@ def _positional_arity(function: Callable[..., Any]) -> tuple[int, float]:
 def adapt_legacy_hooks(techniques: list[Technique]) -> None:
     """Let a technique written with the hook signatures before :class:`StepContext` run: each such hook
     (``shape_rewards(self, trainer, module, batch, metrics)``) is called through an adapter, and one
-    deprecation line per technique names the hooks to rewrite as ``hook(self, ctx, batch)``. A hook
+    deprecation line per technique names each hook's new signature (``hook(self, ctx, batch)``). A hook
     that takes neither form is refused with one line."""
     for technique in techniques:
         name, legacy = type(technique).__name__, []
