@@ -13,8 +13,9 @@ the new default, in one run on one machine.
    micro-batches of 32) and the new default config, interleaved, and its table of the phases of a step.
 3. **sweep**: a ``lite-ppo sweep`` of ``--sweep-seeds`` Lite PPO runs on the testbed as a study runs them
    (20 steps, the held-out evaluation at the end), timed end to end: the old protocol (old path, 96
-   held-out problems, one run at a time) against the new default (2,100 held-out problems) one at a time
-   and ``--parallel 2 --threads 1``; runs per hour of each.
+   held-out problems, one run at a time, each its own process) against the new default (2,100 held-out
+   problems, runs forked from the sweep's fork server) one at a time and ``--parallel 2 --threads 1``, and
+   the latter with ``--launch process`` (what the fork server saves); runs per hour of each.
 
 Run it with nothing else on the machine: every figure is a wall-clock time. docs/benchmarks.md holds the
 figures with the machine they came from.
@@ -131,10 +132,12 @@ def bench_step(steps: int, runs: int) -> None:
 
 def bench_sweep(seeds: int) -> None:
     print(f"\n3. a sweep of {seeds} testbed runs (Lite PPO, 20 steps, held-out evaluation at the end), end to end")
+    process, parallel = ["--launch", "process"], ["--parallel", "2", "--threads", "1"]
     variants = [
-        ("old protocol, one at a time", OLD_PROTOCOL, []),
+        ("old protocol, one at a time", OLD_PROTOCOL, process),  # each run its own process, as before
         ("new default, one at a time", [], []),
-        ("new default, --parallel 2 --threads 1", [], ["--parallel", "2", "--threads", "1"]),
+        ("new default, --parallel 2 --threads 1 --launch process", [], [*parallel, *process]),
+        ("new default, --parallel 2 --threads 1", [], parallel),
     ]
     results = []
     for name, overrides, options in variants:

@@ -453,7 +453,9 @@ def test_parallel_sweep_runs_points_side_by_side_with_their_thread_count(tmp_pat
 
     record = tmp_path / "record.jsonl"
     points = [_StubPoint(p, record, 1.5) for p in expand_grid(RECIPES[:1], [0, 1, 2], [TINY])]
-    finished, ran, failed = run_sweep(points, tmp_path / "out", echo=lambda line: None, parallel=2, threads=1)
+    finished, ran, failed = run_sweep(
+        points, tmp_path / "out", echo=lambda line: None, parallel=2, threads=1, launch="process"
+    )
     assert len(finished) == len(ran) == 3 and not failed
     rows = [json.loads(line) for line in record.read_text().splitlines()]
     assert [threads for threads, _, _ in rows] == ["1", "1", "1"]
@@ -461,7 +463,7 @@ def test_parallel_sweep_runs_points_side_by_side_with_their_thread_count(tmp_pat
     assert spans[1][0] < spans[0][1]  # the first two overlapped
     assert spans[2][0] >= min(spans[0][1], spans[1][1]) - 0.05  # the third started once one had ended
     # Run again: everything finished before, nothing runs.
-    finished, ran, failed = run_sweep(points, tmp_path / "out", echo=lambda line: None, parallel=2)
+    finished, ran, failed = run_sweep(points, tmp_path / "out", echo=lambda line: None, parallel=2, launch="process")
     assert len(finished) == 3 and not ran
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from lite_ppo.errors import UserError
 from lite_ppo.research.factors import cell_config, parse_factor
 
-__all__ = ["GridPoint", "expand_grid", "parse_axis"]
+__all__ = ["FIT_ENTRY", "FIT_PRELOAD", "GridPoint", "expand_grid", "parse_axis"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]+")
 
@@ -90,6 +90,20 @@ class GridPoint:
     def command(self, out: Path, python: str | None = None, ckpt_path: Path | None = None) -> list[str]:
         """The full command line: a separate Python process running the ``lite-ppo`` CLI."""
         return [python or sys.executable, "-m", "lite_ppo.cli", *self.fit_args(out, ckpt_path)]
+
+
+# The same run started by the sweep's fork server (lite_ppo.research.fork_server): the function that
+# `python -m lite_ppo.cli` calls, and what a testbed `fit` imports before its first step (sys.modules after
+# a 1-step fit, less those before it), imported once by the server instead of by every run.
+FIT_ENTRY = "lite_ppo.cli.commands:main"
+FIT_PRELOAD = (
+    "lite_ppo.cli.commands",
+    "lite_ppo.cli.lightning_cli",
+    "lite_ppo.cli.tensorboard_logger",
+    "torch.utils.tensorboard",
+    "transformers.modeling_layers",
+    "transformers.processing_utils",
+)
 
 
 def parse_axis(text: str) -> tuple[str, list[str]]:

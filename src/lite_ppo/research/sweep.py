@@ -1,7 +1,8 @@
 """``lite-ppo sweep``: a grid of recipes x seeds (x factors, config and override axes), run one after
 another (or ``--parallel P`` side by side, ``--threads T`` math threads each), then compared.
 
-Each grid point runs as its own process (``python -m lite_ppo.cli fit ...``) with its own named run
+Each grid point runs as its own process, forked from a server that imported the training stack once
+(:mod:`lite_ppo.research.fork_server`; ``--launch process``: ``python -m lite_ppo.cli fit ...``), with its own named run
 directory under ``--out`` (``<out>[/<variant>]/<recipe>/<model>/seed<S>``) and its output in
 ``<out>/sweep_logs/<label>.log``. A point whose run already finished (its ``run.json`` has
 ``status: finished`` and the point's ``sweep_key``) is skipped, so an interrupted sweep resumes where
@@ -47,7 +48,8 @@ import time
 from pathlib import Path
 
 from lite_ppo.errors import OneLineParser, UserError
-from lite_ppo.research.grid import GridPoint, expand_grid
+from lite_ppo.research.fork_server import ForkedRun, ForkServer, ForkServerGone
+from lite_ppo.research.grid import FIT_ENTRY, FIT_PRELOAD, GridPoint, expand_grid
 from lite_ppo.research.run_folder import RunDir
 from lite_ppo.research.slurm import emit_slurm
 
@@ -55,6 +57,9 @@ __all__ = ["find_point_runs", "main", "run_sweep"]
 
 STATUS_FINISHED = "finished"
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+# Forking after the imports is safe where fork copies a process as it is (Linux); macOS's system
+# frameworks are not fork-safe once loaded, and Windows has no fork.
+DEFAULT_LAUNCH = "fork" if sys.platform == "linux" else "process"
 
 
 class SweepInterrupted(Exception):
@@ -138,9 +143,12 @@ def run_sweep(
     echo=print,
     parallel: int = 1,
     threads: int | None = None,
+    launch: str = DEFAULT_LAUNCH,
 ) -> tuple[list[Path], list[GridPoint], list[GridPoint]]:
     """Run the unfinished points, ``parallel`` at a time (each with ``threads`` math threads, or the
-    inherited setting); returns (finished run dirs, points run now, failed points).
+    inherited setting); returns (finished run dirs, points run now, failed points). ``launch``: ``fork``
+    forks each run from a server that imported the training stack once (:mod:`lite_ppo.research.fork_server`),
+    ``process`` starts each as ``python -m lite_ppo.cli fit ...``.
 
     A signal of :data:`FORWARDED_SIGNALS` reaches every running point; no further point starts, the
     running ones are waited for, then :class:`SweepInterrupted` is raised."""
@@ -156,7 +164,8 @@ def run_sweep(
         todo.append((i, point, resume[1] if resume else None))
     env = _child_env(threads)
     ran, failed, received = [], [], []
-    running: dict[subprocess.Popen, tuple[int, GridPoint, Path, float]] = {}
+    running: dict[subprocess.Popen | ForkedRun, tuple[int, GridPoint, Path, float]] = {}
+    server = None
 
     def forward(signum, frame) -> None:
         received.append(signum)
@@ -177,16 +186,21 @@ def run_sweep(
                 log_path = logs / f"{point.label}.log"
                 how = f"resuming from {checkpoint}" if checkpoint else "running"
                 echo(f"[{i}/{len(points)}] {point.label}: {how} (log: {log_path})")
-                with log_path.open("a" if checkpoint else "w") as log:  # the child keeps its own descriptor
-                    # Each run in its own process group: a Ctrl-C at the terminal reaches it once,
-                    # through the sweep, like a kill of the sweep does.
-                    child = subprocess.Popen(
-                        point.command(out, python, checkpoint),
-                        process_group=0,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                    )
+                # Each run in its own process group: a Ctrl-C at the terminal reaches it once, through
+                # the sweep, like a kill of the sweep does.
+                if launch == "fork":
+                    if server is None:
+                        server = ForkServer(FIT_ENTRY, FIT_PRELOAD, python, env)
+                    child = server.start(point.fit_args(out, checkpoint), log_path, append=checkpoint is not None)
+                else:
+                    with log_path.open("a" if checkpoint else "w") as log:  # the child keeps its own descriptor
+                        child = subprocess.Popen(
+                            point.command(out, python, checkpoint),
+                            process_group=0,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            env=env,
+                        )
                 running[child] = (i, point, log_path, time.monotonic())
                 ran.append(point)
             ended = [child for child in running if child.poll() is not None]
@@ -201,6 +215,8 @@ def run_sweep(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if server is not None:
+            server.close()
     finished = [p for p in (finished_run(point, out) for point in points) if p is not None]
     return finished, ran, failed
 
@@ -309,6 +325,13 @@ def main(argv: list[str]) -> int:
         metavar="T",
         help="math threads of each run (OMP_NUM_THREADS; default: inherited)",
     )
+    parser.add_argument(
+        "--launch",
+        choices=("fork", "process"),
+        default=DEFAULT_LAUNCH,
+        help="how each run starts: fork (from a server process that imported the training stack once: "
+        "no run pays the imports again; the default on Linux) or process (a fresh `python -m lite_ppo.cli fit`)",
+    )
     args = parser.parse_args(argv)
     if args.parallel < 1 or (args.threads is not None and args.threads < 1):
         print("lite-ppo sweep: error: --parallel and --threads must be >= 1", file=sys.stderr)
@@ -342,9 +365,14 @@ def main(argv: list[str]) -> int:
         )
         return 0
     try:
-        finished, ran, failed = run_sweep(points, args.out, args.python, parallel=args.parallel, threads=args.threads)
+        finished, ran, failed = run_sweep(
+            points, args.out, args.python, parallel=args.parallel, threads=args.threads, launch=args.launch
+        )
     except SweepInterrupted as stop:
         return 128 + stop.signum
+    except ForkServerGone as err:
+        print(f"lite-ppo sweep: error: {err}; --launch process starts each run as its own process", file=sys.stderr)
+        return 1
     print(
         f"sweep: {len(points)} runs in the grid, {len(ran)} run "
         f"now, {len(points) - len(ran)} skipped, {len(failed)} failed"
