@@ -54,12 +54,29 @@ def contrast(diffs: list[float]) -> str:
     return f"{c['estimate']:+.4f} [{low:+.4f}, {high:+.4f}], p = {c['p']:.2g}, MDE {mde:.4f} (n = {c['n']})"
 
 
+def at_step(a: dict[int, dict], b: dict[int, dict], seeds: list[int], step: int) -> list[float]:
+    """Per-seed differences of the held-out accuracy after ``step`` (seeds where both runs evaluated there)."""
+    diffs = []
+    for seed in seeds:
+        i, j = np.flatnonzero(a[seed]["steps"] == step), np.flatnonzero(b[seed]["steps"] == step)
+        if len(i) and len(j):
+            diffs.append(float(a[seed]["acc"][i[0]] - b[seed]["acc"][j[0]]))
+    return diffs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("study", help="a sweep's --out folder")
     parser.add_argument("--record", help="write the per-seed values read to this JSON file")
     parser.add_argument(
         "--order", nargs="+", default=[], help="recipes (group labels' first part) in the order A - B is read"
+    )
+    parser.add_argument(
+        "--at-step",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also the contrasts after step N, where every cell has a held-out evaluation (cells of unequal length)",
     )
     args = parser.parse_args()
     cells: dict[str, dict[int, dict]] = defaultdict(dict)
@@ -126,6 +143,8 @@ def main() -> None:
         equal = [at_budget[a][s][0] - at_budget[b][s][0] for s in both]
         hard = [cells[a][s]["hard"][-1] - cells[b][s]["hard"][-1] for s in seeds]
         print(f"\n{a} - {b}\n  after the last step: {contrast(last)}\n  at equal tokens:     {contrast(equal)}")
+        if args.at_step is not None:
+            print(f"  after step {args.at_step}:     {contrast(at_step(cells[a], cells[b], seeds, args.at_step))}")
         print(f"  hard tier, after the last step: {contrast(hard)}")
         for tag in MECHANISM:
             d = [cells[a][s][tag] - cells[b][s][tag] for s in seeds if tag in cells[a][s]]
