@@ -118,3 +118,13 @@ def test_a_sweep_whose_server_ends_says_so_in_one_line(tmp_path, capsys):
         "lite-ppo sweep: error: the sweep's fork server ended (exit 3); its error is above; "
         "--launch process starts each run as its own process"
     )
+
+
+def test_a_run_that_ends_in_the_same_answer_as_its_start_is_not_lost(tmp_path):
+    """The server's pid line and exit line for one run can arrive in one read (a run that fails at once
+    while the sweep was busy): the run still gets its exit code. A stand-in server answers both at once."""
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\nread request\nprintf \'{"pid": 123}\\n{"exited": 123, "code": 7}\\n\'\n')
+    fake.chmod(0o755)
+    server = ForkServer(FIT_ENTRY, python=str(fake))
+    assert server.start(["fit"], tmp_path / "run.log").wait() == 7

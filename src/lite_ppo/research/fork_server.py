@@ -95,6 +95,9 @@ class ForkServer:
         self._buffer = b""
         self._runs: dict[int, ForkedRun] = {}
         self._started: list[int] = []
+        # Exits read before their run was handed out: a run that ends at once can answer in the same read
+        # as its pid.
+        self._ended_early: dict[int, int] = {}
 
     def start(self, args: list[str], log: Path, append: bool = False) -> ForkedRun:
         """Fork a run of ``lite-ppo ARGS`` with its output into ``log``; returns once it runs."""
@@ -107,7 +110,10 @@ class ForkServer:
         while not self._started:
             self.collect(block=True)
         run = ForkedRun(self, self._started.pop(0))
-        self._runs[run.pid] = run
+        if run.pid in self._ended_early:
+            run.returncode = self._ended_early.pop(run.pid)
+        else:
+            self._runs[run.pid] = run
         return run
 
     def collect(self, block: bool) -> None:
@@ -131,10 +137,10 @@ class ForkServer:
     def _answer(self, message: dict) -> None:
         if "pid" in message:
             self._started.append(message["pid"])
+        elif message["exited"] in self._runs:
+            self._runs.pop(message["exited"]).returncode = message["code"]
         else:
-            run = self._runs.pop(message["exited"], None)
-            if run is not None:
-                run.returncode = message["code"]
+            self._ended_early[message["exited"]] = message["code"]
 
     def _gone(self) -> ForkServerGone:
         code = self.process.wait()
