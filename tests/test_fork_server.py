@@ -39,12 +39,17 @@ def _scalars(run: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_a_forked_run_trains_exactly_as_a_process_run(tmp_path):
+def test_a_forked_run_trains_exactly_as_a_process_run(tmp_path, monkeypatch):
     points = expand_grid([RECIPE], [3], [TINY], overrides=SMALL)
+    forked = []  # which launch went through the server: the comparison must be of two different paths
+    start = ForkServer.start
+    monkeypatch.setattr(ForkServer, "start", lambda self, *a, **k: forked.append(a[0]) or start(self, *a, **k))
     runs = {}
     for launch in ("fork", "process"):
+        before = len(forked)
         finished, ran, failed = run_sweep(points, tmp_path / launch, echo=lambda line: None, threads=1, launch=launch)
         assert len(finished) == len(ran) == 1 and not failed, (tmp_path / launch / "sweep_logs").iterdir()
+        assert len(forked) - before == (launch == "fork")
         runs[launch] = finished[0]
     fork, process = (_scalars(runs[launch]) for launch in ("fork", "process"))
     assert "reward/accuracy" in fork and "val/easy/accuracy" in fork

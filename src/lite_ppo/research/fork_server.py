@@ -1,8 +1,8 @@
 """A fork server for ``lite-ppo sweep``: import the training stack once, fork one process per run.
 
 Every ``lite-ppo fit`` spends its first seconds importing Lightning, transformers, torchmetrics, scipy and
-TensorBoard before its first step (docs/benchmarks.md, "The instrument: speed"): on a 2-core machine about
-a tenth of a testbed run. The fork server is one fresh Python process per sweep that imports the modules
+TensorBoard before its first step, a share of a short run that docs/benchmarks.md ("The instrument: speed")
+measures. The fork server is one fresh Python process per sweep that imports the modules
 it is given and then forks a child per run; the child calls the entry point it is given (the sweep's:
 :data:`lite_ppo.research.grid.FIT_ENTRY`, what ``python -m lite_ppo.cli`` runs) with the run's arguments.
 
