@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -275,6 +276,9 @@ class LitePPO(LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_fit_start(self) -> None:
+        # A checkpoint holds the weights after its step's updates, which is what a resume continues from:
+        # Lightning's advice to save the pre-optimization state under manual optimization does not apply.
+        warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
         techniques = techniques_of(self.trainer)
         self.loss_config = build_loss_config(
             PolicyLossConfig(clip_low=self.hparams.clip_eps, clip_high=self.hparams.clip_eps), techniques
