@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -54,14 +55,20 @@ def contrast(diffs: list[float]) -> str:
     return f"{c['estimate']:+.4f} [{low:+.4f}, {high:+.4f}], p = {c['p']:.2g}, MDE {mde:.4f} (n = {c['n']})"
 
 
-def at_step(a: dict[int, dict], b: dict[int, dict], seeds: list[int], step: int) -> list[float]:
-    """Per-seed differences of the held-out accuracy after ``step`` (seeds where both runs evaluated there)."""
+def at_step(a: dict[int, dict], b: dict[int, dict], seeds: list[int], step: int, key: str = "acc") -> list[float]:
+    """Per-seed differences of the held-out accuracy (``key``: ``acc`` pooled, ``hard`` the hard tier) after
+    ``step`` (seeds where both runs evaluated there)."""
     diffs = []
     for seed in seeds:
         i, j = np.flatnonzero(a[seed]["steps"] == step), np.flatnonzero(b[seed]["steps"] == step)
         if len(i) and len(j):
-            diffs.append(float(a[seed]["acc"][i[0]] - b[seed]["acc"][j[0]]))
+            diffs.append(float(a[seed][key][i[0]] - b[seed][key][j[0]]))
     return diffs
+
+
+def words(label: str) -> list[str]:
+    """A group label's parts: ``lite_ppo/testbed-base [agg=token]`` -> lite_ppo, testbed-base, agg=token."""
+    return [w for w in re.split(r"[/\s\[\],()]+", label) if w]
 
 
 def main() -> None:
@@ -69,14 +76,18 @@ def main() -> None:
     parser.add_argument("study", help="a sweep's --out folder")
     parser.add_argument("--record", help="write the per-seed values read to this JSON file")
     parser.add_argument(
-        "--order", nargs="+", default=[], help="recipes (group labels' first part) in the order A - B is read"
+        "--order",
+        nargs="+",
+        default=[],
+        help="recipes or factor levels (parts of the group labels: lite_ppo, agg=token) in the order A - B is read",
     )
     parser.add_argument(
         "--at-step",
         type=int,
-        default=None,
+        nargs="+",
+        default=[],
         metavar="N",
-        help="also the contrasts after step N, where every cell has a held-out evaluation (cells of unequal length)",
+        help="also the contrasts after step N (pooled and hard tier), where both cells have a held-out evaluation",
     )
     args = parser.parse_args()
     cells: dict[str, dict[int, dict]] = defaultdict(dict)
@@ -131,10 +142,11 @@ def main() -> None:
         for tag in MECHANISM:
             print(f"  last step {tag}: {np.mean([r[tag] for r in rows if tag in r]):.4f}")
         chosen = [at_budget[cell][s][1] for s in seeds if at_budget[cell][s] is not None]
-        print(f"  at equal tokens scored after steps {sorted(set(chosen))} (counts {np.bincount(chosen).tolist()})")
+        counts = {step: chosen.count(step) for step in sorted(set(chosen))}
+        print(f"  at equal tokens scored after step: seeds {counts}")
     print(f"\nbudget B per seed: {min(budget.values()):.3g}-{max(budget.values()):.3g} tokens")
     rank = {
-        label: (args.order.index(label.split("/")[0]) if label.split("/")[0] in args.order else len(args.order), label)
+        label: (min([args.order.index(w) for w in words(label) if w in args.order], default=len(args.order)), label)
         for label in cells
     }
     for a, b in itertools.combinations(sorted(cells, key=rank.get), 2):
@@ -143,12 +155,13 @@ def main() -> None:
         equal = [at_budget[a][s][0] - at_budget[b][s][0] for s in both]
         hard = [cells[a][s]["hard"][-1] - cells[b][s]["hard"][-1] for s in seeds]
         print(f"\n{a} - {b}\n  after the last step: {contrast(last)}\n  at equal tokens:     {contrast(equal)}")
-        if args.at_step is not None:
-            print(f"  after step {args.at_step}:     {contrast(at_step(cells[a], cells[b], seeds, args.at_step))}")
+        for step in args.at_step:
+            print(f"  after step {step}:     {contrast(at_step(cells[a], cells[b], seeds, step))}")
+            print(f"    hard tier:       {contrast(at_step(cells[a], cells[b], seeds, step, 'hard'))}")
         print(f"  hard tier, after the last step: {contrast(hard)}")
         for tag in MECHANISM:
             d = [cells[a][s][tag] - cells[b][s][tag] for s in seeds if tag in cells[a][s]]
-            if d:
+            if len(d) >= 2:
                 print(f"  last step {tag}: {np.mean(d):+.4f} (p = {contrast_ci(d)['p']:.2g})")
 
 
