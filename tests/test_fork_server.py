@@ -73,7 +73,7 @@ def _wait_for(condition, seconds: float = 60.0) -> None:
 
 @pytest.mark.slow
 def test_the_server_returns_exit_codes_writes_logs_and_detaches_runs(tmp_path):
-    server = ForkServer(FIT_ENTRY, FIT_PRELOAD)
+    server = ForkServer(FIT_ENTRY, FIT_PRELOAD, title="lite-ppo")
     try:
         log = tmp_path / "run.log"
         log.write_text("earlier\n")
@@ -85,12 +85,18 @@ def test_the_server_returns_exit_codes_writes_logs_and_detaches_runs(tmp_path):
         assert log.read_text().startswith(first) and "fit" in log.read_text()[len(first) :]  # appended
 
         # A fit that would run for minutes: its own process group, stdin from /dev/null; SIGKILL ends it.
-        run = server.start(["fit", "--config", RECIPE, "--config", TINY, "--data.steps_per_epoch=1000"], log)
-        _wait_for(lambda: os.getpgid(run.pid) == run.pid)
-        assert os.getpgid(run.pid) != os.getpgid(0)
-        assert os.readlink(f"/proc/{run.pid}/fd/0") == os.devnull
-        assert run.poll() is None
-        run.send_signal(signal.SIGKILL)
+        args = ["fit", "--config", RECIPE, "--config", TINY, "--data.steps_per_epoch=1000"]
+        run = server.start(args, log)
+        try:
+            _wait_for(lambda: os.getpgid(run.pid) == run.pid)
+            # It shows the command line a process launch would have (ps, top, pkill -f), not the server's.
+            cmdline = Path(f"/proc/{run.pid}/cmdline").read_bytes().rstrip(b"\0").decode()
+            assert cmdline == " ".join(["lite-ppo", *args])
+            assert os.getpgid(run.pid) != os.getpgid(0)
+            assert os.readlink(f"/proc/{run.pid}/fd/0") == os.devnull
+            assert run.poll() is None
+        finally:  # a failed check must not leave the fit running (the server waits for its runs)
+            run.send_signal(signal.SIGKILL)
         assert run.wait() == -signal.SIGKILL
         run.send_signal(signal.SIGTERM)  # an ended run: nothing happens
     finally:

@@ -9,18 +9,20 @@ it is given and then forks a child per run; the child calls the entry point it i
 Why forking here is safe: the server computes nothing. Importing torch starts no math threads (its
 OpenMP pool starts at the first parallel operation), so each child starts its pool as a fresh process
 does, with the thread count of the environment the server was started with (the sweep's ``--threads``).
-The child gets a process group of its own, stdin from ``/dev/null`` and stdout and stderr into its log,
-and ends through the interpreter's normal exit (``atexit`` handlers, threads joined, buffers flushed);
-Python's ``random`` reseeds itself in a forked child. A run forked so trains bit-identically to one
-started as its own process (``tests/test_fork_server.py``).
+The child gets a process group of its own, stdin from ``/dev/null``, stdout and stderr into its log and
+the command line a process launch would have shown (``ps``, ``top`` and ``pkill -f`` see ``lite-ppo fit
+...``, not the server's; ``setproctitle``), and ends through the interpreter's normal exit (``atexit``
+handlers, threads joined, buffers flushed); Python's ``random`` reseeds itself in a forked child. A run
+forked so trains bit-identically to one started as its own process (``tests/test_fork_server.py``).
 
-The protocol, JSON lines: the sweep writes ``{"args": [...], "log": PATH, "append": BOOL}`` to the
-server's stdin; the server answers ``{"pid": N}`` when it forked the run and ``{"exited": N, "code": C}``
-when the run ended (``C`` as :attr:`subprocess.Popen.returncode`: negative for a signal). The end of its
-stdin stops the server once its runs have ended. Signals go from the sweep straight to a run's pid.
+The protocol, JSON lines: the sweep writes ``{"args": [...], "log": PATH, "append": BOOL, "title": TEXT}``
+to the server's stdin (``title`` optional); the server answers ``{"pid": N}`` when it forked the run and
+``{"exited": N, "code": C}`` when the run ended (``C`` as :attr:`subprocess.Popen.returncode`: negative for
+a signal). The end of its stdin stops the server once its runs have ended. Signals go from the sweep
+straight to a run's pid.
 
 Example:
-    >>> server = ForkServer("lite_ppo.cli.commands:main", preload=["lite_ppo.cli.lightning_cli"])  # doctest: +SKIP
+    >>> server = ForkServer("lite_ppo.cli.commands:main", ["lite_ppo.cli.commands"], title="lite-ppo")  # doctest: +SKIP
     >>> run = server.start(["fit", "--config", "configs/quickstart.yaml"], Path("fit.log"))  # doctest: +SKIP
     >>> run.wait()  # doctest: +SKIP
     0
@@ -32,9 +34,12 @@ import importlib
 import json
 import os
 import select
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+import setproctitle
 
 __all__ = ["ForkServer", "ForkServerGone", "ForkedRun"]
 
@@ -77,9 +82,12 @@ class ForkServer:
         preload: list[str] | tuple[str, ...] = (),
         python: str | None = None,
         env: dict[str, str] | None = None,
+        title: str | None = None,
     ) -> None:
         """``entry``: ``"package.module:function"``, called with a run's argument list in each child (its
-        return value the exit code, as ``sys.exit`` takes it); ``preload``: modules the server imports first."""
+        return value the exit code, as ``sys.exit`` takes it); ``preload``: modules the server imports first;
+        ``title``: the program name a run's command line shows (``TITLE ARGS...``; None: the server's)."""
+        self.title = title
         python = python or sys.executable
         try:
             # Its own process group: a Ctrl-C at the terminal reaches the runs through the sweep, not the server.
@@ -102,6 +110,8 @@ class ForkServer:
     def start(self, args: list[str], log: Path, append: bool = False) -> ForkedRun:
         """Fork a run of ``lite-ppo ARGS`` with its output into ``log``; returns once it runs."""
         request = {"args": list(args), "log": str(log), "append": append}
+        if self.title:
+            request["title"] = shlex.join([self.title, *args])
         try:
             self.process.stdin.write((json.dumps(request) + "\n").encode())
             self.process.stdin.flush()
@@ -192,6 +202,8 @@ def serve(preload: list[str], requests: int = 0, answers: int = 1) -> dict | Non
 
 def become_run(request: dict) -> None:
     """In the forked child: the process a sweep would have started, minus the imports."""
+    if request.get("title"):  # first: once the run has its own process group, it shows its own command line
+        setproctitle.setproctitle(request["title"])
     os.setpgid(0, 0)
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | (os.O_APPEND if request["append"] else os.O_TRUNC))
     os.dup2(log, 1)

@@ -190,7 +190,7 @@ def run_sweep(
                 # the sweep, like a kill of the sweep does.
                 if launch == "fork":
                     if server is None:
-                        server = ForkServer(FIT_ENTRY, FIT_PRELOAD, python, env)
+                        server = ForkServer(FIT_ENTRY, FIT_PRELOAD, python, env, title="lite-ppo")
                     child = server.start(point.fit_args(out, checkpoint), log_path, append=checkpoint is not None)
                 else:
                     with log_path.open("a" if checkpoint else "w") as log:  # the child keeps its own descriptor
