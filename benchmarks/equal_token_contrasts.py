@@ -138,7 +138,8 @@ def main() -> None:
         )
         for i, step in enumerate(rows[0]["steps"]):
             accuracy, tokens = np.mean([r["acc"][i] for r in rows]), np.mean([r["tokens"][i] for r in rows])
-            print(f"  after step {step}: held-out {accuracy:.4f} ({tokens:.3g} tokens before it)")
+            hard = np.mean([r["hard"][i] for r in rows])
+            print(f"  after step {step}: held-out {accuracy:.4f}, hard tier {hard:.4f} ({tokens:.3g} tokens before it)")
         for tag in MECHANISM:
             print(f"  last step {tag}: {np.mean([r[tag] for r in rows if tag in r]):.4f}")
         chosen = [at_budget[cell][s][1] for s in seeds if at_budget[cell][s] is not None]
