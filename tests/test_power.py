@@ -227,30 +227,46 @@ def test_compare_detects_a_large_difference_and_pairs_by_problem(tmp_path, capsy
     rng = np.random.default_rng(11)
     difficulty = rng.uniform(0.1, 0.9, size=200)
     ids = [f"p{j}" for j in range(200)]
+    tiers = ["easy"] * 100 + ["hard"] * 100  # alpha's gain lies on the easy half only
     solved = {
         "alpha": synthetic_problems(rng, 4, difficulty, 0.15),
         "beta": synthetic_problems(rng, 4, difficulty, 0.0),
     }
+    solved["alpha"][:, 100:] = solved["beta"][:, 100:]
     root = tmp_path / "runs"
     for recipe, matrix in solved.items():
         for seed, row in enumerate(matrix):
-            scalars = {m.REWARD_ACCURACY: {0: 0.1, 1: 0.2}, m.EVAL_AVERAGE_ACCURACY: {0: 0.1, 4: float(row.mean())}}
+            scalars = {m.REWARD_ACCURACY: {0: 0.1, 1: 0.2}}
+            for tier, part in (("easy", row[:100]), ("hard", row[100:])):
+                scalars[m.val_accuracy(tier)] = {0: 0.1, 4: float(part.mean())}
+            scalars[m.EVAL_AVERAGE_ACCURACY] = {0: 0.1, 4: 0.5}  # a benchmark's score: no per-problem results
             run = write_run(root / recipe / "tiny" / f"seed{seed}", recipe, seed, scalars)
             (run / "heldout").mkdir()
             for step, correct in ((2, np.zeros(200)), (4, row)):  # an earlier file, then the scored last one
-                problems = [{"id": i, "tier": "easy", "correct": bool(c)} for i, c in zip(ids, correct)]
+                problems = [{"id": i, "tier": t, "correct": bool(c)} for i, t, c in zip(ids, tiers, correct)]
                 (run / "heldout" / f"step_{step}.json").write_text(json.dumps({"step": step, "problems": problems}))
-    out = tmp_path / "cmp"
-    assert compare_main([str(root), "--out", str(out)]) == 0
+
+    def paired(score: str) -> dict | None:
+        out = tmp_path / score.replace("/", "_").replace("*", "all")
+        assert compare_main([str(root), "--out", str(out), "--score", score]) == 0
+        (pair,) = json.loads((out / "summary.json").read_text())["score"]["pairs"]
+        return pair["paired"]
+
+    pooled = paired("val/*/accuracy")
     console = capsys.readouterr().out
-    (pair,) = json.loads((out / "summary.json").read_text())["score"]["pairs"]
-    assert pair["final"]["verdict"].startswith("detected: +")
-    paired = pair["paired"]
-    assert paired["method"] == "two-level bootstrap over seeds and problems, paired by problem"
-    assert paired["diff"] == pytest.approx(solved["alpha"].mean() - solved["beta"].mean(), abs=1e-12)
-    assert paired["ci"][0] > 0 and paired["n_problems"] == 200 and paired["verdict"].startswith("detected")
-    md = (out / "summary.md").read_text()
+    assert pooled["method"] == "two-level bootstrap over seeds and problems, paired by problem"
+    assert pooled["diff"] == pytest.approx(solved["alpha"].mean() - solved["beta"].mean(), abs=1e-12)
+    assert pooled["ci"][0] > 0 and pooled["n_problems"] == 200 and pooled["verdict"].startswith("detected")
+    md = (tmp_path / "val_all_accuracy" / "summary.md").read_text()
     assert "two-level bootstrap over seeds and problems, paired by problem" in md and "detected: +" in console
+    # The score of one tier is paired on that tier's problems only; a benchmark's score, which the
+    # per-problem files do not hold, gets no paired analysis (it read the held-out tiers before).
+    easy = paired("val/easy/accuracy")
+    assert easy["n_problems"] == 100
+    assert easy["diff"] == pytest.approx(solved["alpha"][:, :100].mean() - solved["beta"][:, :100].mean(), abs=1e-12)
+    hard = paired("val/hard/accuracy")
+    assert hard["n_problems"] == 100 and hard["diff"] == 0.0
+    assert paired(m.EVAL_AVERAGE_ACCURACY) is None
 
 
 def test_factorial_effects_get_an_mde(tmp_path):

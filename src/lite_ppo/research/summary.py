@@ -21,7 +21,9 @@ Definitions (per run, then aggregated over the group's runs that logged the quan
   α = 0.05 (:mod:`lite_ppo.research.power`), and ``verdict``, one sentence ("detected: ..." or "not detected:
   no effect larger than ..."); a pair whose runs all wrote per-problem held-out results
   (:mod:`lite_ppo.research.problem_results`) also gets ``paired``, a two-level bootstrap over seeds and
-  problems paired by problem (:mod:`lite_ppo.research.bootstrap`), with its own MDE and verdict;
+  problems paired by problem (:mod:`lite_ppo.research.bootstrap`), with its own MDE and verdict, on the
+  problems the score is the accuracy of (every held-out tier for ``val/*/accuracy``, one tier for
+  ``val/<tier>/accuracy``; none for another score, e.g. a benchmark's);
 - milestone ``reward_50``/``reward_90``: the first step at which training accuracy reached 50 % /
   90 % of that run's final value; runs whose final accuracy is 0 have none.
 
@@ -107,17 +109,33 @@ def one_per_seed(seeds: list[int | None], values: list[Any]) -> list[Any]:
     return [float(m) if np.ndim(m) == 0 else m for m in means]
 
 
+def _scored_tier(score: str | None) -> str | None:
+    """The held-out tier whose per-problem results a score is the accuracy of: ``"*"`` (every tier) for
+    ``val/*/accuracy``, the tier for ``val/<tier>/accuracy``; None for any other score (the per-problem files
+    hold the held-out tiers, not a benchmark's problems)."""
+    if score and score.startswith(names.VAL_PREFIX) and score.endswith("/accuracy"):
+        tier = score[len(names.VAL_PREFIX) : -len("/accuracy")]
+        return tier if tier and "/" not in tier else None
+    return None
+
+
 def _paired(
     runs_a: list[tuple[Run, dict[str, Any]]], runs_b: list[tuple[Run, dict[str, Any]]], rule: CheckpointRule
 ) -> dict[str, Any] | None:
     """The two-level bootstrap of a pair when every scored run of both groups wrote per-problem results
-    (under ``last`` its last file, under ``best`` the file of the selected step); None otherwise."""
+    (under ``last`` its last file, under ``best`` the file of the selected step), on the problems of the
+    score's tier (:func:`_scored_tier`); None otherwise."""
+    tier = _scored_tier(rule.score)
+    if tier is None:
+        return None
     results = []
     for run, scores in [*runs_a, *runs_b]:
         step = scores["best_step"] if rule.checkpoint == "best" else None
         if rule.checkpoint == "best" and step is None:
             return None
         found = read_problem_results(run.path, step)
+        if found and tier != "*":  # keys are "<tier>/<id>"
+            found = {key: correct for key, correct in found.items() if key.split("/", 1)[0] == tier}
         if not found:
             return None
         results.append(found)
