@@ -6,6 +6,7 @@ is one line from the sweep."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import time
 from pathlib import Path
@@ -91,7 +92,7 @@ def test_the_server_returns_exit_codes_writes_logs_and_detaches_runs(tmp_path):
             _wait_for(lambda: os.getpgid(run.pid) == run.pid)
             # It shows the command line a process launch would have (ps, top, pkill -f), not the server's.
             cmdline = Path(f"/proc/{run.pid}/cmdline").read_bytes().rstrip(b"\0").decode()
-            assert cmdline == " ".join(["lite-ppo", *args])
+            assert cmdline == shlex.join(["lite-ppo", *args])
             assert os.getpgid(run.pid) != os.getpgid(0)
             assert os.readlink(f"/proc/{run.pid}/fd/0") == os.devnull
             assert run.poll() is None

@@ -38,8 +38,16 @@ def _load(path: Path) -> tuple[int, dict[str, bool]] | None:
     return step, problems
 
 
-def read_problem_results(run_dir: Path, step: int | None = None) -> dict[str, bool] | None:
-    """``"<tier>/<id>"`` -> solved, from the run's last per-problem file, or the one of ``step``; None if none."""
+def read_problem_results(run_dir: Path, step: int | None = None, tier: str = "*") -> dict[str, bool] | None:
+    """``"<tier>/<id>"`` -> solved, from the run's last per-problem file, or the one of ``step``, for every
+    tier (``"*"``) or one; None if none."""
+    found = _read(run_dir, step)
+    if found is None or tier == "*":
+        return found
+    return {key: correct for key, correct in found.items() if key.split("/", 1)[0] == tier} or None
+
+
+def _read(run_dir: Path, step: int | None) -> dict[str, bool] | None:
     folder = Path(run_dir) / HELDOUT_DIR
     if not folder.is_dir():
         return None

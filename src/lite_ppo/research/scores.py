@@ -35,7 +35,7 @@ from lite_ppo import metric_names as names
 from lite_ppo.errors import UserError
 from lite_ppo.research.scalars import ScalarTable, Series
 
-__all__ = ["POOLED_VAL", "CheckpointRule", "default_score", "overlap", "run_scores", "score_series"]
+__all__ = ["POOLED_VAL", "CheckpointRule", "default_score", "overlap", "run_scores", "score_series", "val_tier"]
 
 POOLED_VAL = names.val_accuracy("*")  # val/*/accuracy: every held-out tier, problem-weighted
 _AVERAGES = {"average", "weighted_average", "*"}  # names that stand for every benchmark / tier of their prefix
@@ -49,6 +49,13 @@ def _split(tag: str) -> tuple[str, str] | None:
             if name and "/" not in name:
                 return prefix.rstrip("/"), name
     return None
+
+
+def val_tier(tag: str | None) -> str | None:
+    """The held-out tier a ``val/<tier>/accuracy`` tag scores (``"*"`` for the pooled ``val/*/accuracy``);
+    None for any other tag (a benchmark's ``eval/...``, a training scalar)."""
+    split = _split(tag) if tag else None
+    return split[1] if split is not None and split[0] == "val" else None
 
 
 def overlap(a: str, b: str) -> bool:

@@ -53,7 +53,7 @@ from lite_ppo.research.quantities import Quantity
 from lite_ppo.research.run_health import LEFT_OUT_RULE, left_out_runs
 from lite_ppo.research.runs import Run, RunGroup
 from lite_ppo.research.scalars import ScalarTable, Series
-from lite_ppo.research.scores import CheckpointRule, run_scores
+from lite_ppo.research.scores import CheckpointRule, run_scores, val_tier
 from lite_ppo.research.stats import CONFIDENCE, mean_ci, welch_difference
 
 __all__ = ["MILESTONES", "first_step_reaching", "summarize", "summary_markdown", "verdict_lines"]
@@ -109,23 +109,13 @@ def one_per_seed(seeds: list[int | None], values: list[Any]) -> list[Any]:
     return [float(m) if np.ndim(m) == 0 else m for m in means]
 
 
-def _scored_tier(score: str | None) -> str | None:
-    """The held-out tier whose per-problem results a score is the accuracy of: ``"*"`` (every tier) for
-    ``val/*/accuracy``, the tier for ``val/<tier>/accuracy``; None for any other score (the per-problem files
-    hold the held-out tiers, not a benchmark's problems)."""
-    if score and score.startswith(names.VAL_PREFIX) and score.endswith("/accuracy"):
-        tier = score[len(names.VAL_PREFIX) : -len("/accuracy")]
-        return tier if tier and "/" not in tier else None
-    return None
-
-
 def _paired(
     runs_a: list[tuple[Run, dict[str, Any]]], runs_b: list[tuple[Run, dict[str, Any]]], rule: CheckpointRule
 ) -> dict[str, Any] | None:
     """The two-level bootstrap of a pair when every scored run of both groups wrote per-problem results
     (under ``last`` its last file, under ``best`` the file of the selected step), on the problems of the
-    score's tier (:func:`_scored_tier`); None otherwise."""
-    tier = _scored_tier(rule.score)
+    score's tier (:func:`~lite_ppo.research.scores.val_tier`; none for another score); None otherwise."""
+    tier = val_tier(rule.score)
     if tier is None:
         return None
     results = []
@@ -133,9 +123,7 @@ def _paired(
         step = scores["best_step"] if rule.checkpoint == "best" else None
         if rule.checkpoint == "best" and step is None:
             return None
-        found = read_problem_results(run.path, step)
-        if found and tier != "*":  # keys are "<tier>/<id>"
-            found = {key: correct for key, correct in found.items() if key.split("/", 1)[0] == tier}
+        found = read_problem_results(run.path, step, tier)
         if not found:
             return None
         results.append(found)
