@@ -10,11 +10,10 @@ from typing import Any, Literal
 
 import torch
 from lightning.pytorch import LightningModule
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lite_ppo.errors import UserError
 from lite_ppo.models import load_causal_lm, load_tokenizer, resolve_model
-from lite_ppo.models.adapter_checkpoint import BASE_KEY, adapter_state, base_identity, with_base_weights
 from lite_ppo.models.lora import LoraSettings, is_lora_model
 from lite_ppo.ops import (
     mini_batch_rows,
@@ -34,21 +33,16 @@ from lite_ppo.strategies.zero import (
 from lite_ppo.technique import (
     PolicyLossConfig,
     Technique,
-    adapt_legacy_hooks,
-    advantage_estimator,
     build_loss_config,
-    check_hook_names,
     needs_old_logprobs_up_front,
-    refuse_conflicting_techniques,
-    refuse_repeated_techniques,
     techniques_of,
 )
+from lite_ppo.training.checkpoint_contents import CheckpointContents
 from lite_ppo.training.frozen_model import load_frozen_model
 from lite_ppo.training.old_logprobs import OldLogprobs, choose_source
 from lite_ppo.training.policy_scorer import PolicyScorer
-from lite_ppo.training.preflight import check_fit_settings, check_module_arguments
-from lite_ppo.training.resume import check_resume, format_differences, technique_differences, technique_settings
-from lite_ppo.training.rollout_source import NO_SOURCE, RolloutSource, ValidationRolloutSource
+from lite_ppo.training.preflight import check_fit_settings, check_module_arguments, check_techniques
+from lite_ppo.training.rollout_source import RolloutSource, SourceSlot, ValidationRolloutSource
 from lite_ppo.training.schedule import lr_lambda, planned_optimizer_steps
 from lite_ppo.training.step_statistics import LIVE, step_statistics, update_stats
 from lite_ppo.training.update import ppo_update
@@ -156,7 +150,6 @@ class LitePPO(LightningModule):
             num_mini_batches, micro_batch_size, micro_batch_tokens, logprob_chunk_size, mini_batch_split, old_logprobs
         )
         self.lora = LoraSettings.from_config(lora)  # its values refused here, its targets before the weights load
-        self._base_identity: dict[str, Any] | None = None  # a LoRA run's base, for its checkpoints
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.model_path = model_path
@@ -168,30 +161,20 @@ class LitePPO(LightningModule):
         self.step_metrics = StepMetrics()  # this training step's scalars, the techniques' included
         self._warned_no_engine_logprobs = False
         self._hf_zero3_token = None  # keeps transformers' ZeRO-3 flag alive as long as the policy (configure_model)
-        self._rollout_source: tuple[Any, RolloutSource] | None = None  # (the trainer it serves, the source)
+        self._sources = SourceSlot()  # the rollout callback registers here at setup
         self.scorer = PolicyScorer(self)  # forward passes over responses: the update's, old log-probs', techniques'
+        self.checkpoint_contents = CheckpointContents(self)  # what a checkpoint holds beside Lightning's state
 
     # -- model -------------------------------------------------------------------------------------
     def use_rollout_source(self, source: RolloutSource) -> None:
         """Called by the rollout callback in its ``setup`` hook: ``source`` produces this trainer's
         rollouts (``lite_ppo.training.rollout_source``). Two sources in one trainer are refused."""
-        if not isinstance(source, RolloutSource):
-            raise TypeError(f"{type(source).__name__} is not a RolloutSource: it has no training_rollout method")
-        if self._rollout_source is not None:
-            trainer, current = self._rollout_source
-            if trainer is self._trainer and current is not source:
-                raise UserError(
-                    f"two rollout sources in trainer.callbacks ({type(current).__name__} and "
-                    f"{type(source).__name__}): keep one"
-                )
-        self._rollout_source = (self._trainer, source)
+        self._sources.register(self._trainer, source)
 
     @property
     def rollout_source(self) -> RolloutSource:
         """This trainer's source of rollouts; a one-line error when no callback registered one."""
-        if self._rollout_source is None or self._rollout_source[0] is not self._trainer:
-            raise UserError(NO_SOURCE)
-        return self._rollout_source[1]
+        return self._sources.source(self._trainer)
 
     def setup(self, stage: str) -> None:
         # Lightning calls this after the callbacks' setup (the rollout source has registered) and
@@ -206,15 +189,8 @@ class LitePPO(LightningModule):
                 if isinstance(callback, SettingsListener):
                     callback.configure_run(settings)
         if stage == "fit":
-            techniques = techniques_of(self.trainer)
             check_fit_settings(self.trainer, self)
-            # A misspelt hook, a repeated or conflicting technique, no / two advantage estimators
-            # fail here, naming the techniques, before the weights load.
-            refuse_repeated_techniques([type(t) for t in techniques])
-            refuse_conflicting_techniques(techniques)
-            check_hook_names(techniques)
-            adapt_legacy_hooks(techniques)  # a technique written with the hooks' earlier signatures
-            self._estimator = advantage_estimator(techniques)
+            self._estimator = check_techniques(techniques_of(self.trainer))
 
     def configure_model(self) -> None:
         if self.policy is not None:
@@ -245,10 +221,6 @@ class LitePPO(LightningModule):
         (under ZeRO-3 partitioned like it), for a technique that scores with a second model
         (``lite_ppo.training.frozen_model``)."""
         return load_frozen_model(path, self.hparams.torch_dtype, self._trainer, self.device)
-
-    def _sharded(self) -> bool:
-        """Whether a DeepSpeed strategy writes the weights (its own files, every rank's shard)."""
-        return self._trainer is not None and type(self._trainer.strategy).__name__.startswith("DeepSpeed")
 
     @property
     def has_adapters(self) -> bool:
@@ -291,35 +263,10 @@ class LitePPO(LightningModule):
             )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["policy_version"] = self.policy_version
-        if self.has_adapters and "state_dict" in checkpoint and not self._sharded():
-            # The frozen base is the model folder the run started from: store the adapters and the
-            # base's identity, not the base again (lite_ppo.models.adapter_checkpoint).
-            if self._base_identity is None:  # hashing a large base takes seconds: once per run
-                self._base_identity = base_identity(self.policy, str(self.hparams.model_path))
-            checkpoint["state_dict"] = adapter_state(self.policy, checkpoint["state_dict"], prefix="policy.")
-            checkpoint[BASE_KEY] = self._base_identity
-        if self._trainer is not None:  # what a resumed run compares its techniques with (lite_ppo.training.resume)
-            checkpoint["techniques"] = technique_settings(techniques_of(self._trainer))
+        self.checkpoint_contents.save(checkpoint)  # lite_ppo.training.checkpoint_contents
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.policy_version = checkpoint.get("policy_version", 0)
-        if BASE_KEY in checkpoint and "state_dict" in checkpoint and self.has_adapters:
-            # Adapters only: the base comes from this run's model, refused when it is not the one they trained on.
-            source = f"checkpoint {self._trainer.ckpt_path if self._trainer is not None else ''}".strip()
-            checkpoint["state_dict"] = with_base_weights(
-                self.policy, checkpoint["state_dict"], checkpoint[BASE_KEY], source, prefix="policy."
-            )
-        saved = checkpoint.get("hyper_parameters")
-        if saved and self._trainer is not None and self._trainer.state.fn == "fit":
-            # Changed model.* settings are applied where safe, else refused, never dropped (lite_ppo.training.resume).
-            applied = check_resume(saved, dict(self.hparams), str(self._trainer.ckpt_path))
-            if applied:
-                rank_zero_info(f"resuming with changed settings (applied): {format_differences(applied)}")
-        if "techniques" in checkpoint and self._trainer is not None and self._trainer.state.fn == "fit":
-            changes = technique_differences(checkpoint["techniques"], technique_settings(techniques_of(self._trainer)))
-            if changes:
-                rank_zero_info(f"resuming with changed techniques (applied): {'; '.join(changes)}")
+        self.checkpoint_contents.load(checkpoint)
 
     # -- one training step -------------------------------------------------------------------------
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, RolloutBatch]:
@@ -391,8 +338,7 @@ class LitePPO(LightningModule):
     def step_context(self) -> StepContext:
         """What this step's technique hooks receive first: the trainer, this module, the step's
         metrics and the run's rollout settings (``lite_ppo.step_context``)."""
-        source = self._rollout_source[1] if self._rollout_source is not None else None
-        return StepContext(self._trainer, self, self.step_metrics, getattr(source, "settings", None))
+        return StepContext(self._trainer, self, self.step_metrics, self._sources.settings())
 
     def report_phase(self, phase: str | None, done: int = 0, total: int = 0) -> None:
         """Say what the training step is doing now (``"generating"``, ``"updating"`` 2 of 4, ...;

@@ -49,7 +49,9 @@ from lite_ppo.training.schedule import short_run_note
 if TYPE_CHECKING:  # pragma: no cover
     from lightning.pytorch import LightningModule, Trainer
 
-__all__ = ["check_fit_settings", "check_module_arguments", "model_context_length"]
+    from lite_ppo.technique import Technique
+
+__all__ = ["check_fit_settings", "check_module_arguments", "check_techniques", "model_context_length"]
 
 
 def check_fit_settings(trainer: Trainer, module: LightningModule) -> None:
@@ -69,6 +71,24 @@ def check_fit_settings(trainer: Trainer, module: LightningModule) -> None:
         print(f"lite-ppo fit: note: {note}", file=sys.stderr, flush=True)
     if rollout is not None:
         _check_context(hp.model_path, rollout)
+
+
+def check_techniques(techniques: list[Technique]) -> Technique:
+    """Refuse a repeated or conflicting technique and a misspelt hook, naming the techniques; adapt a
+    technique written with the hooks' earlier signatures; return the one advantage estimator."""
+    from lite_ppo.technique import (
+        adapt_legacy_hooks,
+        advantage_estimator,
+        check_hook_names,
+        refuse_conflicting_techniques,
+        refuse_repeated_techniques,
+    )
+
+    refuse_repeated_techniques([type(t) for t in techniques])
+    refuse_conflicting_techniques(techniques)
+    check_hook_names(techniques)
+    adapt_legacy_hooks(techniques)
+    return advantage_estimator(techniques)
 
 
 def model_context_length(model_path: str) -> int | None:

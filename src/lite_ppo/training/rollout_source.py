@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from lite_ppo.errors import UserError
+
 if TYPE_CHECKING:  # pragma: no cover
     from lightning.pytorch import LightningModule, Trainer
 
@@ -52,3 +54,34 @@ class ValidationRolloutSource(RolloutSource, Protocol):
 NO_SOURCE = (
     "no rollout source: add `lite_ppo.callbacks.Rollout` under trainer.callbacks (it generates each step's responses)"
 )
+
+
+class SourceSlot:
+    """The rollout source a module serves, remembered with the trainer that registered it (a module
+    fitted again by another trainer must not use the previous trainer's callback)."""
+
+    def __init__(self) -> None:
+        self._entry: tuple[Any, RolloutSource] | None = None
+
+    def register(self, trainer: Any, source: RolloutSource) -> None:
+        """Remember ``source`` for ``trainer``; a second, different source in one trainer is refused."""
+        if not isinstance(source, RolloutSource):
+            raise TypeError(f"{type(source).__name__} is not a RolloutSource: it has no training_rollout method")
+        if self._entry is not None:
+            registered_by, current = self._entry
+            if registered_by is trainer and current is not source:
+                raise UserError(
+                    f"two rollout sources in trainer.callbacks ({type(current).__name__} and "
+                    f"{type(source).__name__}): keep one"
+                )
+        self._entry = (trainer, source)
+
+    def source(self, trainer: Any) -> RolloutSource:
+        """``trainer``'s source; a one-line error when no callback of it registered one."""
+        if self._entry is None or self._entry[0] is not trainer:
+            raise UserError(NO_SOURCE)
+        return self._entry[1]
+
+    def settings(self) -> Any:
+        """The last registered source's run settings (``RunSettings``), None without them."""
+        return getattr(self._entry[1], "settings", None) if self._entry is not None else None
