@@ -48,7 +48,9 @@ def test_a_forked_run_trains_exactly_as_a_process_run(tmp_path, monkeypatch):
     runs = {}
     for launch in ("fork", "process"):
         before = len(forked)
-        finished, ran, failed = run_sweep(points, tmp_path / launch, echo=lambda line: None, threads=1, launch=launch)
+        finished, ran, failed, _ = run_sweep(
+            points, tmp_path / launch, echo=lambda line: None, threads=1, launch=launch
+        )
         assert len(finished) == len(ran) == 1 and not failed, (tmp_path / launch / "sweep_logs").iterdir()
         assert len(forked) - before == (launch == "fork")
         runs[launch] = finished[0]

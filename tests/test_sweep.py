@@ -440,10 +440,19 @@ class _StubPoint:
             "start = time.time(); time.sleep(float(sys.argv[3]))\n"
             "run = pathlib.Path(sys.argv[1]); run.mkdir(parents=True, exist_ok=True)\n"
             "(run / 'run.json').write_text(json.dumps({'sweep_key': sys.argv[2], 'status': 'finished'}))\n"
-            "row = [os.environ.get('OMP_NUM_THREADS'), start, time.time()]\n"
+            "row = [os.environ.get('OMP_NUM_THREADS'), start, time.time(), sys.argv[5]]\n"
             "with open(sys.argv[4], 'a') as f: f.write(json.dumps(row) + '\\n')\n"
         )  # fmt: skip
-        return [sys.executable, "-c", script, str(run), self.sweep_key, str(self._seconds), str(self._record)]
+        return [
+            sys.executable,
+            "-c",
+            script,
+            str(run),
+            self.sweep_key,
+            str(self._seconds),
+            str(self._record),
+            self.label,
+        ]
 
 
 def test_parallel_sweep_runs_points_side_by_side_with_their_thread_count(tmp_path):
@@ -453,17 +462,17 @@ def test_parallel_sweep_runs_points_side_by_side_with_their_thread_count(tmp_pat
 
     record = tmp_path / "record.jsonl"
     points = [_StubPoint(p, record, 1.5) for p in expand_grid(RECIPES[:1], [0, 1, 2], [TINY])]
-    finished, ran, failed = run_sweep(
+    finished, ran, failed, _ = run_sweep(
         points, tmp_path / "out", echo=lambda line: None, parallel=2, threads=1, launch="process"
     )
     assert len(finished) == len(ran) == 3 and not failed
     rows = [json.loads(line) for line in record.read_text().splitlines()]
-    assert [threads for threads, _, _ in rows] == ["1", "1", "1"]
-    spans = sorted((start, end) for _, start, end in rows)
+    assert [threads for threads, _, _, _ in rows] == ["1", "1", "1"]
+    spans = sorted((start, end) for _, start, end, _ in rows)
     assert spans[1][0] < spans[0][1]  # the first two overlapped
     assert spans[2][0] >= min(spans[0][1], spans[1][1]) - 0.05  # the third started once one had ended
     # Run again: everything finished before, nothing runs.
-    finished, ran, failed = run_sweep(points, tmp_path / "out", echo=lambda line: None, parallel=2, launch="process")
+    finished, ran, failed, _ = run_sweep(points, tmp_path / "out", echo=lambda line: None, parallel=2, launch="process")
     assert len(finished) == 3 and not ran
 
 
@@ -505,3 +514,81 @@ def test_only_runs_some_cells_of_the_design_with_its_names(tmp_path, capsys):
     assert sweep_main([*args, "--only", "init=tuned", "--emit-slurm", str(emit)]) == 2
     assert "init has the levels base, aligned" in capsys.readouterr().err
     assert sweep_main([*args, "--only", "lr=1", "--emit-slurm", str(emit)]) == 2
+
+
+def _started(record: Path) -> list[str]:
+    """The labels of the stub runs, in the order they started."""
+    rows = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+    return [label for _, _, _, label in sorted(rows, key=lambda row: row[1])]
+
+
+def test_a_sweep_runs_seed_by_seed(tmp_path):
+    """Two recipes x three seeds run every recipe of seed 0, then of seed 1, then of seed 2: a sweep
+    stopped anywhere leaves whole seeds for the per-seed contrasts (recipe-major, a stop after half the
+    runs left seeds of one recipe only)."""
+    from lite_ppo.research.sweep import run_sweep
+
+    record = tmp_path / "record.jsonl"
+    points = [_StubPoint(p, record, 0.0) for p in expand_grid(RECIPES, [5, 3, 9], [TINY])]
+    run_sweep(points, tmp_path / "out", echo=lambda line: None, launch="process")
+    started = _started(record)
+    assert [label.rsplit("_seed", 1)[1] for label in started] == ["5", "5", "3", "3", "9", "9"]
+    for seed in ("5", "3", "9"):
+        assert {label.split("_")[0] for label in started if label.endswith(f"_seed{seed}")} == {"lite", "grpo"}
+
+
+def test_no_run_starts_after_the_deadline_and_the_same_sweep_runs_the_rest_later(tmp_path):
+    """start_until half a second away and runs of 1.5 s, one at a time: the first starts, the others
+    do not (reported as not started, not as failed); the sweep again without a deadline runs only those."""
+    import time
+
+    from lite_ppo.research.sweep import run_sweep
+
+    record, lines = tmp_path / "record.jsonl", []
+    points = [_StubPoint(p, record, 1.5) for p in expand_grid(RECIPES[:1], [0, 1, 2], [TINY])]
+    outcome = run_sweep(points, tmp_path / "out", echo=lines.append, launch="process", start_until=time.time() + 0.5)
+    assert [p.label for p in outcome.ran] == [points[0].label] and not outcome.failed
+    assert [p.label for p in outcome.not_started] == [p.label for p in points[1:]]
+    assert len(outcome.finished) == 1 and _started(record) == [points[0].label]
+    assert any("2 of 3 not started" in line for line in lines)
+    outcome = run_sweep(points, tmp_path / "out", echo=lambda line: None, launch="process")
+    assert [p.label for p in outcome.ran] == [p.label for p in points[1:]] and not outcome.not_started
+    assert len(outcome.finished) == 3
+
+
+def test_no_start_after_from_the_command_line(tmp_path, capsys):
+    """+0m: nothing starts, exit 0, the summary says the run was not started; a bad value is one line, exit 2."""
+    args = ["--recipe", RECIPES[0], "--seed", "0", "--config", TINY, "--out", str(tmp_path / "out")]
+    assert sweep_main([*args, "--no-start-after", "+0m"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 not started" in out and "0 run now" in out and "1 not started" in out
+    assert sweep_main([*args, "--no-start-after", "25:00"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "25:00" in err and "HH:MM" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("01:00", "2026-12-07 01:00"),  # already past today: tomorrow
+        ("23:45", "2026-12-06 23:45"),  # still ahead today
+        ("+90m", "2026-12-07 00:50"),
+        ("+1.5h", "2026-12-07 00:50"),
+        ("2026-12-08T06:30", "2026-12-08 06:30"),
+    ],
+)
+def test_no_start_after_reads_a_time_of_day_a_delay_or_a_date(text, expected):
+    from datetime import datetime
+
+    from lite_ppo.research.start_deadline import no_start_after
+
+    assert f"{no_start_after(text, now=datetime(2026, 12, 6, 23, 20)):%Y-%m-%d %H:%M}" == expected
+
+
+@pytest.mark.parametrize("text", ["24:00", "7pm", "+5d", "tomorrow", ""])
+def test_a_bad_no_start_after_is_a_user_error(text):
+    from lite_ppo.errors import UserError
+    from lite_ppo.research.start_deadline import no_start_after
+
+    with pytest.raises(UserError, match="HH:MM"):
+        no_start_after(text)

@@ -8,11 +8,16 @@ per variant. A factorial point (:mod:`lite_ppo.research.factors`) gets its cell'
 one more config (inline JSON, after the recipe and configs) and passes its cell and the design to the
 run (``--run_record.cell``, ``--run_record.factors``), which ``lite-ppo compare`` reads back.
 
+The points come seed by seed (every recipe and cell of the first seed, then of the second, ...), the
+order a sweep runs them in: a sweep stopped anywhere (a signal, ``--no-start-after``) leaves whole seeds,
+which the per-seed contrasts of ``compare`` read, and under ``--parallel`` the cells of one seed run side
+by side, on the same machine load.
+
 Example:
     >>> points = expand_grid(["configs/recipes/lite_ppo.yaml"], [0, 1], grid_overrides=["model.lr=1e-5,1e-6"])
     >>> [p.label for p in points]  # doctest: +NORMALIZE_WHITESPACE
-    ['lite_ppo_model.lr=1e-5_seed0', 'lite_ppo_model.lr=1e-5_seed1',
-     'lite_ppo_model.lr=1e-6_seed0', 'lite_ppo_model.lr=1e-6_seed1']
+    ['lite_ppo_model.lr=1e-5_seed0', 'lite_ppo_model.lr=1e-6_seed0',
+     'lite_ppo_model.lr=1e-5_seed1', 'lite_ppo_model.lr=1e-6_seed1']
 """
 
 from __future__ import annotations
@@ -124,7 +129,7 @@ def expand_grid(
     overrides: list[str] | None = None,
     factors: list[str] | None = None,
 ) -> list[GridPoint]:
-    """Every combination, recipe-major then variants then seeds.
+    """Every combination, seed by seed: for each seed, recipe-major then variants (see the module's note).
 
     ``configs``/``overrides`` apply to every run; each ``factors`` entry
     (``NAME=LEVEL:FRAGMENT.yaml,...``), each ``grid_configs`` entry (``a.yaml,b.yaml``) and each
@@ -148,7 +153,7 @@ def expand_grid(
         key, values = parse_axis(axis)
         axes.append([(f"{key}={v}", None, f"--{key}={v}") for v in values])
     common_overrides = tuple(overrides or [])
-    points = []
+    cells = []  # (recipe, configs, overrides, variant, cell): one per grid point of a seed
     for recipe in recipes:
         for cell in itertools.product(*(f.levels for f in parsed)):
             for combo in itertools.product(*axes) if axes else [()]:
@@ -161,8 +166,9 @@ def expand_grid(
                     point_configs += (json.dumps(merged, sort_keys=True),)
                 point_overrides = common_overrides + tuple(o for _, _, o in combo if o)
                 named = tuple((f.name, level.name) for f, level in zip(parsed, cell))
-                for seed in seeds:
-                    points.append(
-                        GridPoint(recipe, int(seed), point_configs, point_overrides, variant, cell=named, design=design)
-                    )
-    return points
+                cells.append((recipe, point_configs, point_overrides, variant, named))
+    return [
+        GridPoint(recipe, int(seed), point_configs, point_overrides, variant, cell=named, design=design)
+        for seed in seeds
+        for recipe, point_configs, point_overrides, variant, named in cells
+    ]

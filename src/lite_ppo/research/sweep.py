@@ -8,7 +8,9 @@ directory under ``--out`` (``<out>[/<variant>]/<recipe>/<model>/seed<S>``) and i
 ``status: finished`` and the point's ``sweep_key``) is skipped, so an interrupted sweep resumes where
 it stopped; an unfinished one runs again into a fresh folder (``seed<S>-1``: nothing is overwritten).
 At the end ``lite-ppo compare`` runs on the finished runs (``<out>/compare``; its options in
-``--compare-args``).
+``--compare-args``). The points run seed by seed (every cell of a seed, then the next seed), so a sweep
+stopped early leaves whole seeds; ``--no-start-after WHEN`` starts no point after that moment (the
+running ones finish, the same command later runs the rest: :mod:`lite_ppo.research.start_deadline`).
 
 ``--factor NAME=LEVEL:FRAGMENT.yaml,...`` makes a factorial grid of technique settings with named
 cells (:mod:`lite_ppo.research.factors`): each run's folder (``<out>/norm=batch_std_agg=token/...``)
@@ -46,12 +48,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from lite_ppo.errors import OneLineParser, UserError
 from lite_ppo.research.fork_server import ForkedRun, ForkServer, ForkServerGone
 from lite_ppo.research.grid import FIT_ENTRY, FIT_PRELOAD, GridPoint, expand_grid
 from lite_ppo.research.run_folder import RunDir
 from lite_ppo.research.slurm import emit_slurm
+from lite_ppo.research.start_deadline import no_start_after
 
 __all__ = ["find_point_runs", "main", "run_sweep"]
 
@@ -60,6 +64,16 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 # Forking after the imports is safe where fork copies a process as it is (Linux); macOS's system
 # frameworks are not fork-safe once loaded, and Windows has no fork.
 DEFAULT_LAUNCH = "fork" if sys.platform == "linux" else "process"
+
+
+class SweepOutcome(NamedTuple):
+    """What :func:`run_sweep` did: the grid's finished run folders (before and now), the points it
+    started, those that failed, and those it did not start because ``start_until`` had passed."""
+
+    finished: list[Path]
+    ran: list[GridPoint]
+    failed: list[GridPoint]
+    not_started: list[GridPoint]
 
 
 class SweepInterrupted(Exception):
@@ -144,11 +158,12 @@ def run_sweep(
     parallel: int = 1,
     threads: int | None = None,
     launch: str = DEFAULT_LAUNCH,
-) -> tuple[list[Path], list[GridPoint], list[GridPoint]]:
-    """Run the unfinished points, ``parallel`` at a time (each with ``threads`` math threads, or the
-    inherited setting); returns (finished run dirs, points run now, failed points). ``launch``: ``fork``
-    forks each run from a server that imported the training stack once (:mod:`lite_ppo.research.fork_server`),
-    ``process`` starts each as ``python -m lite_ppo.cli fit ...``.
+    start_until: float | None = None,
+) -> SweepOutcome:
+    """Run the unfinished points in their order, ``parallel`` at a time (each with ``threads`` math
+    threads, or the inherited setting), none started after ``start_until`` (``time.time()``'s scale).
+    ``launch``: ``fork`` forks each run from a server that imported the training stack once
+    (:mod:`lite_ppo.research.fork_server`), ``process`` starts each as ``python -m lite_ppo.cli fit ...``.
 
     A signal of :data:`FORWARDED_SIGNALS` reaches every running point; no further point starts, the
     running ones are waited for, then :class:`SweepInterrupted` is raised."""
@@ -163,7 +178,7 @@ def run_sweep(
         resume = resumable_run(point, out)
         todo.append((i, point, resume[1] if resume else None))
     env = _child_env(threads)
-    ran, failed, received = [], [], []
+    ran, failed, received, not_started = [], [], [], []
     running: dict[subprocess.Popen | ForkedRun, tuple[int, GridPoint, Path, float]] = {}
     server = None
 
@@ -181,6 +196,14 @@ def run_sweep(
         pass
     try:
         while todo or running:
+            if todo and start_until is not None and time.time() >= start_until:
+                not_started = [point for _, point, _ in todo]
+                todo.clear()
+                echo(
+                    f"no run starts after {time.strftime('%Y-%m-%d %H:%M', time.localtime(start_until))} "
+                    f"(--no-start-after): {len(not_started)} of {len(points)} not started"
+                    + (f"; waiting for the {len(running)} running" if running else "")
+                )
             while todo and len(running) < parallel and not received:
                 i, point, checkpoint = todo.pop(0)
                 log_path = logs / f"{point.label}.log"
@@ -218,7 +241,7 @@ def run_sweep(
         if server is not None:
             server.close()
     finished = [p for p in (finished_run(point, out) for point in points) if p is not None]
-    return finished, ran, failed
+    return SweepOutcome(finished, ran, failed, not_started)
 
 
 def _report(code, received, i, total, point, out, log_path, start, failed, echo) -> None:
@@ -332,6 +355,13 @@ def main(argv: list[str]) -> int:
         help="how each run starts: fork (from a server process that imported the training stack once: "
         "no run pays the imports again; the default on Linux) or process (a fresh `python -m lite_ppo.cli fit`)",
     )
+    parser.add_argument(
+        "--no-start-after",
+        default=None,
+        metavar="WHEN",
+        help="start no run after this moment: HH:MM (the next such time), an ISO date-time or +90m / +2h; "
+        "the running ones finish, the same command later runs the rest (a study's time box, fixed in advance)",
+    )
     args = parser.parse_args(argv)
     if args.parallel < 1 or (args.threads is not None and args.threads < 1):
         print("lite-ppo sweep: error: --parallel and --threads must be >= 1", file=sys.stderr)
@@ -340,6 +370,7 @@ def main(argv: list[str]) -> int:
         points = expand_grid(args.recipe, args.seed, args.config, args.grid_config, args.grid, passthrough, args.factor)
         points = only_points(points, args.only)
         compare_args = shlex.split(args.compare_args)
+        deadline = no_start_after(args.no_start_after) if args.no_start_after else None
     except (UserError, ValueError) as err:
         print(f"lite-ppo sweep: error: {err}", file=sys.stderr)
         return 2
@@ -364,18 +395,28 @@ def main(argv: list[str]) -> int:
             + (f" {shlex.join(compare_args)}" if compare_args else "")
         )
         return 0
+    if deadline is not None:
+        print(f"sweep: no run starts after {deadline:%Y-%m-%d %H:%M} (--no-start-after)")
     try:
-        finished, ran, failed = run_sweep(
-            points, args.out, args.python, parallel=args.parallel, threads=args.threads, launch=args.launch
+        finished, ran, failed, not_started = run_sweep(
+            points,
+            args.out,
+            args.python,
+            parallel=args.parallel,
+            threads=args.threads,
+            launch=args.launch,
+            start_until=deadline.timestamp() if deadline is not None else None,
         )
     except SweepInterrupted as stop:
         return 128 + stop.signum
     except ForkServerGone as err:
         print(f"lite-ppo sweep: error: {err}; --launch process starts each run as its own process", file=sys.stderr)
         return 1
+    skipped = len(points) - len(ran) - len(not_started)
     print(
-        f"sweep: {len(points)} runs in the grid, {len(ran)} run "
-        f"now, {len(points) - len(ran)} skipped, {len(failed)} failed"
+        f"sweep: {len(points)} runs in the grid, {len(ran)} run now, {skipped} skipped (finished before), "
+        + (f"{len(not_started)} not started (--no-start-after: the same command runs them), " if not_started else "")
+        + f"{len(failed)} failed"
     )
     if finished and not args.no_compare:
         from lite_ppo.research.compare import main as compare_main
