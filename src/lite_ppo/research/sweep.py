@@ -200,7 +200,7 @@ def run_sweep(
                 not_started = [point for _, point, _ in todo]
                 todo.clear()
                 echo(
-                    f"no run starts after {time.strftime('%Y-%m-%d %H:%M', time.localtime(start_until))} "
+                    f"no run starts after {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(start_until))} "
                     f"(--no-start-after): {len(not_started)} of {len(points)} not started"
                     + (f"; waiting for the {len(running)} running" if running else "")
                 )
@@ -396,7 +396,7 @@ def main(argv: list[str]) -> int:
         )
         return 0
     if deadline is not None:
-        print(f"sweep: no run starts after {deadline:%Y-%m-%d %H:%M} (--no-start-after)")
+        print(f"sweep: no run starts after {deadline:%Y-%m-%d %H:%M:%S} (--no-start-after)")
     try:
         finished, ran, failed, not_started = run_sweep(
             points,
