@@ -565,6 +565,10 @@ def test_no_start_after_from_the_command_line(tmp_path, capsys):
     assert sweep_main([*args, "--no-start-after", "25:00"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "25:00" in err and "HH:MM" in err
+    # SLURM starts the runs of --emit-slurm: a start deadline here would time nothing, so it is refused.
+    assert sweep_main([*args, "--no-start-after", "+5m", "--emit-slurm", str(tmp_path / "slurm")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--emit-slurm" in err and not (tmp_path / "slurm").exists()
 
 
 @pytest.mark.parametrize(

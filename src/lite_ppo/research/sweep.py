@@ -383,6 +383,13 @@ def main(argv: list[str]) -> int:
             print(f"lite-ppo sweep: error: --compare-args {args.compare_args!r}: see above", file=sys.stderr)
             return 2
     if args.emit_slurm is not None:
+        if deadline is not None:
+            print(
+                "lite-ppo sweep: error: --no-start-after times runs started here; with --emit-slurm SLURM "
+                "starts them (give the array a time limit with --sbatch-option=--time=...)",
+                file=sys.stderr,
+            )
+            return 2
         todo = [p for p in points if finished_run(p, args.out) is None]
         if not todo:
             print(f"all {len(points)} runs of the grid already finished under {args.out}; nothing to emit")
