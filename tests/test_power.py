@@ -323,6 +323,35 @@ def test_plan_prints_seeds_per_cell_and_wall_time(tmp_path, capsys):
     assert "2 runs side by side" in printed
 
 
+def test_plan_pairs_by_seed_when_the_groups_share_seeds(tmp_path, capsys):
+    """Two groups over the same 5 seeds whose scores move together: the per-seed differences vary far less
+    than the runs, so the paired plan needs far fewer seeds than the independent one, from the SD of the
+    differences computed here by hand and statsmodels' one-sample power; without shared seeds, no paired line."""
+    alpha = [0.40, 0.52, 0.47, 0.61, 0.44]
+    beta = [0.37, 0.50, 0.43, 0.59, 0.42]  # alpha - 0.03 +- 0.01: a seed's two runs move together
+    root = tmp_path / "runs"
+    planned_runs(root, {"alpha": alpha, "beta": beta}, {"alpha": [60] * 5, "beta": [60] * 5})
+    assert plan_main([str(root), "--mde", "0.02"]) == 0
+    printed = capsys.readouterr().out
+    diffs = [a - b for a, b in zip(f32(alpha), f32(beta))]
+    sd = statistics.stdev(diffs)
+    n = math.ceil(TTestPower().solve_power(effect_size=0.02 / sd, nobs=None, alpha=0.05, power=0.8))
+    pilot_mde = TTestPower().solve_power(effect_size=None, nobs=5, alpha=0.05, power=0.8) * sd
+    assert f"2-cell comparison paired by seed: {n} seeds per cell ({2 * n} runs)" in printed
+    assert f"SD of the per-seed differences {sd:.3g}" in printed and f"detects {pilot_mde:.3g}" in printed
+    result = plan([str(root)], 0.02)
+    assert result["paired"]["sd"] == pytest.approx(sd, rel=1e-9) and result["paired"]["df"] == 4
+    assert result["paired"]["seeds_per_cell"] < result["two_cell"]["seeds_per_cell"]
+    # The same scores on disjoint seeds: nothing to pair.
+    apart = tmp_path / "apart"
+    for recipe, values, first in (("alpha", alpha, 0), ("beta", beta, 10)):
+        for i, value in enumerate(values):
+            scalars = {m.REWARD_ACCURACY: {0: 0.1}, m.EVAL_AVERAGE_ACCURACY: {0: 0.1, 4: value}}
+            write_run(apart / recipe / "tiny" / f"seed{first + i}", recipe, first + i, scalars)
+    assert plan_main([str(apart), "--mde", "0.02"]) == 0
+    assert "paired" not in capsys.readouterr().out and "paired" not in plan([str(apart)], 0.02)
+
+
 def test_plan_errors_are_one_line(tmp_path, capsys):
     assert plan_main([str(tmp_path / "nothing*"), "--mde", "0.02"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

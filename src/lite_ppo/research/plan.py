@@ -9,6 +9,11 @@ score and checkpoint rule), then:
 - seeds per cell for the target MDE at ``--power`` and two-sided ``--alpha``: for a 2-cell comparison
   (two-sample t-test, :func:`~lite_ppo.research.power.seeds_for_two_groups`) and for a main effect of a 2 x 2
   factorial (per-seed contrasts, :func:`~lite_ppo.research.power.seeds_for_contrast`);
+- when groups share seeds (a sweep's cells do), the plan paired by seed, as ``compare`` analyses such a
+  design: the SD of the per-seed differences of every two groups that share at least two seeds (pooled
+  over the pairs, each around its own mean) and the seeds per cell for a mean of per-seed differences. A
+  shared seed (the same data order and sampling) usually makes the difference vary less than two
+  independent runs, but not always; only the pilot's own differences tell;
 - the expected wall time: the runs' mean wall seconds (``run.json``'s start to end; for runs without both,
   the sum of their ``time/step_s``, which leaves out start-up and evaluation) x seeds x cells, run one
   after another, and divided by ``--parallel P`` for P runs side by side (as if each ran as fast as alone:
@@ -33,6 +38,7 @@ from lite_ppo.errors import OneLineParser, UserError
 from lite_ppo.research.power import (
     ALPHA,
     POWER,
+    mde_contrast,
     mde_two_groups,
     pooled_sd,
     seeds_for_contrast,
@@ -46,6 +52,11 @@ __all__ = ["main", "plan", "wall_seconds"]
 
 
 WHOLE_RUN = "run.json start to end"
+DESIGNS = {
+    "two_cell": "2-cell comparison",
+    "factorial_2x2": "2 x 2 factorial, main effect",
+    "paired": "2-cell comparison paired by seed",
+}
 
 
 def wall_seconds(run: Run, table: ScalarTable) -> tuple[float | None, str | None]:
@@ -62,6 +73,23 @@ def wall_seconds(run: Run, table: ScalarTable) -> tuple[float | None, str | None
     if steps is not None and len(steps.finite()):
         return float(steps.finite().values.sum()), "sum of time/step_s (no start-up, no evaluation)"
     return None, None
+
+
+def seed_differences(by_seed: dict[str, dict[int, float]]) -> list[list[float]]:
+    """The per-seed differences of every two groups sharing at least two seeds, one list per pair.
+
+    Example:
+        >>> seed_differences({"a": {0: 0.5, 1: 0.6, 2: 0.7}, "b": {1: 0.4, 2: 0.6, 3: 0.9}})
+        [[0.19999999999999996, 0.09999999999999998]]
+    """
+    labels = sorted(by_seed)
+    pairs = []
+    for i, first in enumerate(labels):
+        for second in labels[i + 1 :]:
+            shared = sorted(set(by_seed[first]) & set(by_seed[second]))
+            if len(shared) >= 2:
+                pairs.append([by_seed[first][seed] - by_seed[second][seed] for seed in shared])
+    return pairs
 
 
 def _check(option: str, value: float, low: float, high: float) -> None:
@@ -99,10 +127,13 @@ def plan(
     if rule.score is None:
         raise UserError("no held-out score logged by these runs (val/<tier>/accuracy or eval/<benchmark>/accuracy)")
     key = "best" if checkpoint == "best" else "final"
-    scores = {}
+    scores, by_seed = {}, {}
     for group in group_runs(runs):
-        values = [run_scores(tables[r.path], rule)[key] for r in group.runs]
-        scores[group.label] = [v for v in values if v is not None]
+        values = [(r.seed, run_scores(tables[r.path], rule)[key]) for r in group.runs]
+        scores[group.label] = [v for _, v in values if v is not None]
+        seeds = [seed for seed, v in values if v is not None and seed is not None]
+        # A seed twice in a group (a re-run beside its first run) pairs with nothing: which one is unclear.
+        by_seed[group.label] = {seed: v for seed, v in values if v is not None and seeds.count(seed) == 1}
     if not any(scores.values()):
         raise UserError(f"no run has a {key} score for `{rule.score}` under checkpoint rule `{checkpoint}`")
     sd, df = pooled_sd(list(scores.values()))
@@ -136,7 +167,22 @@ def plan(
         "wall_runs": len(known),
         "wall_source": sorted({source for _, source in walls if source is not None}),
     }
-    for design in ("two_cell", "factorial_2x2"):
+    differences = seed_differences(by_seed)
+    paired_sd, paired_df = pooled_sd(differences)
+    if paired_sd:  # None below two shared seeds, 0 when every difference is the same
+        shared = max(len(pair) for pair in differences)
+        out["paired"] = {
+            "cells": 2,
+            "pairs": len(differences),
+            "sd": paired_sd,
+            "df": paired_df,
+            "pilot_n": shared,
+            "pilot_mde": mde_contrast(shared, paired_sd, alpha, power),
+            "seeds_per_cell": seeds_for_contrast(mde, paired_sd, alpha, power),
+        }
+    for design in DESIGNS:
+        if design not in out:
+            continue
         entry = out[design]
         entry["runs"] = entry["cells"] * entry["seeds_per_cell"]
         serial = out["wall_per_run"] * entry["runs"] if out["wall_per_run"] is not None else None
@@ -163,7 +209,14 @@ def report(result: dict[str, Any]) -> list[str]:
         f"with {result['pilot_n']} seeds per cell a 2-cell comparison detects {result['pilot_mde']:.3g}",
         f"target: MDE {result['mde']:.3g} at {result['power'] * 100:.0f} % power, α = {result['alpha']:g} two-sided",
     ]
-    titles = {"two_cell": "2-cell comparison", "factorial_2x2": "2 x 2 factorial, main effect"}
+    if "paired" in result:
+        paired = result["paired"]
+        lines.append(
+            f"paired by seed (the groups share seeds): SD of the per-seed differences {paired['sd']:.3g} "
+            f"({paired['pairs']} pair(s) of groups, {paired['df']} degrees of freedom); with {paired['pilot_n']} "
+            f"shared seeds a paired comparison detects {paired['pilot_mde']:.3g}"
+        )
+    titles = {design: title for design, title in DESIGNS.items() if design in result}
     for design, title in titles.items():
         entry = result[design]
         lines.append(f"  {title}: {entry['seeds_per_cell']} seeds per cell ({entry['runs']} runs)")

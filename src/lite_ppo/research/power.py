@@ -119,8 +119,9 @@ def seeds_for_contrast(mde: float, sd: float, alpha: float = ALPHA, power: float
     """Seeds per cell for a mean of per-seed contrasts of SD ``sd`` to detect ``mde``.
 
     For a 2 x 2 main effect, the per-seed contrast is the mean of two differences of cells, so with cells of
-    SD ``sd`` and independent between cells its SD is ``sd`` too; seeds shared by the cells (the same data
-    order) only make it smaller, so this is the conservative figure."""
+    SD ``sd`` and independent between cells its SD is ``sd`` too. Seeds shared by the cells (the same data
+    order and sampling) usually make it smaller, but not always: with a pilot of the design itself, pass the
+    SD of its own per-seed contrasts (``lite-ppo plan`` prints the paired figure when groups share seeds)."""
     from statsmodels.stats.power import TTestPower
 
     d = _effect_size(mde, sd)
