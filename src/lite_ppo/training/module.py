@@ -190,6 +190,8 @@ class LitePPO(LightningModule):
                     callback.configure_run(settings)
         if stage == "fit":
             check_fit_settings(self.trainer, self)
+            # A repeated or conflicting technique, a misspelt hook, no or two advantage estimators: one
+            # line naming the techniques, before the weights load.
             self._estimator = check_techniques(techniques_of(self.trainer))
 
     def configure_model(self) -> None:
