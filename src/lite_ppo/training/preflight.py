@@ -25,6 +25,10 @@ loads). It reads only settings and the model's ``config.json`` (no weights), and
   reference read whole tensors, which ZeRO-3 partitions (the values and target modules of
   ``model.lora`` are checked by ``lite_ppo.models.lora``, also before the weights load).
 
+:func:`check_techniques`, called next, refuses a technique given twice, two that conflict and a misspelt
+hook, naming them, adapts a technique written with the hooks' earlier signatures and returns the one
+advantage estimator.
+
 :func:`check_module_arguments` checks ``LitePPO``'s own arguments that are wrong whatever the run (counts
 below 1, an unknown mini-batch split or old-log-prob source) when the module is built.
 
