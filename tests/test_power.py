@@ -331,9 +331,13 @@ def test_plan_pairs_by_seed_when_the_groups_share_seeds(tmp_path, capsys):
     beta = [0.37, 0.50, 0.43, 0.59, 0.42]  # alpha - 0.03 +- 0.01: a seed's two runs move together
     root = tmp_path / "runs"
     planned_runs(root, {"alpha": alpha, "beta": beta}, {"alpha": [60] * 5, "beta": [60] * 5})
+    # Seed 0 of alpha run again by hand: as in compare, a seed's runs are one value, their mean.
+    scalars = {m.REWARD_ACCURACY: {0: 0.1}, m.EVAL_AVERAGE_ACCURACY: {0: 0.1, 4: 0.46}}
+    write_run(root / "alpha" / "tiny" / "seed0-1", "alpha", 0, scalars)
     assert plan_main([str(root), "--mde", "0.02"]) == 0
     printed = capsys.readouterr().out
-    diffs = [a - b for a, b in zip(f32(alpha), f32(beta))]
+    alpha_per_seed = [(f32(alpha)[0] + f32([0.46])[0]) / 2, *f32(alpha)[1:]]
+    diffs = [a - b for a, b in zip(alpha_per_seed, f32(beta))]
     sd = statistics.stdev(diffs)
     n = math.ceil(TTestPower().solve_power(effect_size=0.02 / sd, nobs=None, alpha=0.05, power=0.8))
     pilot_mde = TTestPower().solve_power(effect_size=None, nobs=5, alpha=0.05, power=0.8) * sd
@@ -342,6 +346,7 @@ def test_plan_pairs_by_seed_when_the_groups_share_seeds(tmp_path, capsys):
     result = plan([str(root)], 0.02)
     assert result["paired"]["sd"] == pytest.approx(sd, rel=1e-9) and result["paired"]["df"] == 4
     assert result["paired"]["seeds_per_cell"] < result["two_cell"]["seeds_per_cell"]
+    assert result["paired"]["pilot_n"] == 5  # the repeated seed counted once
     # The same scores on disjoint seeds: nothing to pair.
     apart = tmp_path / "apart"
     for recipe, values, first in (("alpha", alpha, 0), ("beta", beta, 10)):

@@ -9,7 +9,8 @@ one more config (inline JSON, after the recipe and configs) and passes its cell 
 run (``--run_record.cell``, ``--run_record.factors``), which ``lite-ppo compare`` reads back.
 
 The points come seed by seed (every recipe and cell of the first seed, then of the second, ...), the
-order a sweep runs them in: a sweep stopped anywhere (a signal, ``--no-start-after``) leaves whole seeds,
+order a sweep runs them in: a sweep stopped anywhere (a signal, ``--no-start-after``) leaves whole seeds
+but the last (the same command completes it),
 which the per-seed contrasts of ``compare`` read, and under ``--parallel`` the cells of one seed run side
 by side, on the same machine load.
 

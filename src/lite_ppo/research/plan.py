@@ -47,6 +47,7 @@ from lite_ppo.research.power import (
 from lite_ppo.research.runs import Run, find_runs, group_runs
 from lite_ppo.research.scalars import ScalarTable, has_events, read_many
 from lite_ppo.research.scores import POOLED_VAL, CheckpointRule, default_score, run_scores, score_series
+from lite_ppo.research.summary import one_per_seed
 
 __all__ = ["main", "plan", "wall_seconds"]
 
@@ -131,9 +132,10 @@ def plan(
     for group in group_runs(runs):
         values = [(r.seed, run_scores(tables[r.path], rule)[key]) for r in group.runs]
         scores[group.label] = [v for _, v in values if v is not None]
-        seeds = [seed for seed, v in values if v is not None and seed is not None]
-        # A seed twice in a group (a re-run beside its first run) pairs with nothing: which one is unclear.
-        by_seed[group.label] = {seed: v for seed, v in values if v is not None and seeds.count(seed) == 1}
+        seeded = [(seed, v) for seed, v in values if v is not None and seed is not None]
+        seeds = [seed for seed, _ in seeded]
+        # As compare pairs them: runs that share a seed are one value, their mean.
+        by_seed[group.label] = dict(zip(dict.fromkeys(seeds), one_per_seed(seeds, [v for _, v in seeded])))
     if not any(scores.values()):
         raise UserError(f"no run has a {key} score for `{rule.score}` under checkpoint rule `{checkpoint}`")
     sd, df = pooled_sd(list(scores.values()))

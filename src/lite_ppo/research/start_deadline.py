@@ -2,7 +2,8 @@
 
 A study time-boxed to a session fixes its stop before any result is read; the sweep then starts no run
 after that moment, lets the running ones finish and leaves the rest for the same command later. With
-the grid's seed-by-seed order (``lite_ppo.research.grid``) the runs that finished are whole seeds.
+the grid's seed-by-seed order (``lite_ppo.research.grid``) the runs that finished are whole seeds but
+for the last one started, which the same command completes later.
 
 ``WHEN`` is ``HH:MM`` (the next such time on this machine's clock: later today, else tomorrow), an ISO
 date-time (``2026-12-07T01:00``, local time unless it names a zone) or a delay from now (``+90m``, ``+2h``).

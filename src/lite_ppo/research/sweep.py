@@ -9,7 +9,7 @@ directory under ``--out`` (``<out>[/<variant>]/<recipe>/<model>/seed<S>``) and i
 it stopped; an unfinished one runs again into a fresh folder (``seed<S>-1``: nothing is overwritten).
 At the end ``lite-ppo compare`` runs on the finished runs (``<out>/compare``; its options in
 ``--compare-args``). The points run seed by seed (every cell of a seed, then the next seed), so a sweep
-stopped early leaves whole seeds; ``--no-start-after WHEN`` starts no point after that moment (the
+stopped early leaves whole seeds but the last; ``--no-start-after WHEN`` starts no point after that moment (the
 running ones finish, the same command later runs the rest: :mod:`lite_ppo.research.start_deadline`).
 
 ``--factor NAME=LEVEL:FRAGMENT.yaml,...`` makes a factorial grid of technique settings with named

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from lightning.pytorch.utilities import rank_zero_info
 
 from lite_ppo.models.adapter_checkpoint import BASE_KEY, adapter_state, base_identity, with_base_weights
+from lite_ppo.strategies.zero import deepspeed_strategy
 from lite_ppo.technique import techniques_of
 from lite_ppo.training.resume import check_resume, format_differences, technique_differences, technique_settings
 
@@ -36,7 +37,7 @@ class CheckpointContents:
         """Add this run's state to ``checkpoint`` (``LightningModule.on_save_checkpoint``)."""
         module, trainer = self.module, self.module._trainer
         checkpoint["policy_version"] = module.policy_version
-        if module.has_adapters and "state_dict" in checkpoint and not _sharded(trainer):
+        if module.has_adapters and "state_dict" in checkpoint and deepspeed_strategy(trainer) is None:
             if self._base_identity is None:
                 self._base_identity = base_identity(module.policy, str(module.hparams.model_path))
             checkpoint["state_dict"] = adapter_state(module.policy, checkpoint["state_dict"], prefix="policy.")
@@ -64,8 +65,3 @@ class CheckpointContents:
             changes = technique_differences(checkpoint["techniques"], technique_settings(techniques_of(trainer)))
             if changes:
                 rank_zero_info(f"resuming with changed techniques (applied): {'; '.join(changes)}")
-
-
-def _sharded(trainer: Any) -> bool:
-    """Whether a DeepSpeed strategy writes the weights (its own files, every rank's shard)."""
-    return trainer is not None and type(trainer.strategy).__name__.startswith("DeepSpeed")
