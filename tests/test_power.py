@@ -347,6 +347,10 @@ def test_plan_pairs_by_seed_when_the_groups_share_seeds(tmp_path, capsys):
     assert result["paired"]["sd"] == pytest.approx(sd, rel=1e-9) and result["paired"]["df"] == 4
     assert result["paired"]["seeds_per_cell"] < result["two_cell"]["seeds_per_cell"]
     assert result["paired"]["pilot_n"] == 5  # the repeated seed counted once
+    # ... in the independent plan too: 5 seeds per group, the SD pooled over the per-seed values.
+    hand_sd = math.sqrt((statistics.variance(alpha_per_seed) * 4 + statistics.variance(f32(beta)) * 4) / 8)
+    assert result["groups"] == {"alpha/tiny": 5, "beta/tiny": 5} and result["pilot_n"] == 5
+    assert result["sd"] == pytest.approx(hand_sd, rel=1e-9) and result["df"] == 8
     # The same scores on disjoint seeds: nothing to pair.
     apart = tmp_path / "apart"
     for recipe, values, first in (("alpha", alpha, 0), ("beta", beta, 10)):

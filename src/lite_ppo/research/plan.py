@@ -47,7 +47,7 @@ from lite_ppo.research.power import (
 from lite_ppo.research.runs import Run, find_runs, group_runs
 from lite_ppo.research.scalars import ScalarTable, has_events, read_many
 from lite_ppo.research.scores import POOLED_VAL, CheckpointRule, default_score, run_scores, score_series
-from lite_ppo.research.summary import one_per_seed
+from lite_ppo.research.summary import mean_by_seed, one_per_seed
 
 __all__ = ["main", "plan", "wall_seconds"]
 
@@ -130,12 +130,12 @@ def plan(
     key = "best" if checkpoint == "best" else "final"
     scores, by_seed = {}, {}
     for group in group_runs(runs):
-        values = [(r.seed, run_scores(tables[r.path], rule)[key]) for r in group.runs]
-        scores[group.label] = [v for _, v in values if v is not None]
-        seeded = [(seed, v) for seed, v in values if v is not None and seed is not None]
-        seeds = [seed for seed, _ in seeded]
-        # As compare pairs them: runs that share a seed are one value, their mean.
-        by_seed[group.label] = dict(zip(dict.fromkeys(seeds), one_per_seed(seeds, [v for _, v in seeded])))
+        scored = [(r.seed, run_scores(tables[r.path], rule)[key]) for r in group.runs]
+        scored = [(seed, v) for seed, v in scored if v is not None]
+        # As compare counts them: runs that share a seed are one value, their mean.
+        scores[group.label] = one_per_seed([seed for seed, _ in scored], [v for _, v in scored])
+        seeded = [(seed, v) for seed, v in scored if seed is not None]
+        by_seed[group.label] = mean_by_seed([seed for seed, _ in seeded], [v for _, v in seeded])
     if not any(scores.values()):
         raise UserError(f"no run has a {key} score for `{rule.score}` under checkpoint rule `{checkpoint}`")
     sd, df = pooled_sd(list(scores.values()))

@@ -109,6 +109,16 @@ def one_per_seed(seeds: list[int | None], values: list[Any]) -> list[Any]:
     return [float(m) if np.ndim(m) == 0 else m for m in means]
 
 
+def mean_by_seed(seeds: list[int], values: list[float]) -> dict[int, float]:
+    """``one_per_seed`` keyed by seed, for pairing two groups seed by seed (every run has a seed).
+
+    Example:
+        >>> mean_by_seed([1, 2, 1], [0.5, 0.7, 0.7])
+        {1: 0.6, 2: 0.7}
+    """
+    return dict(zip(dict.fromkeys(seeds), one_per_seed(list(seeds), values)))
+
+
 def _paired(
     runs_a: list[tuple[Run, dict[str, Any]]], runs_b: list[tuple[Run, dict[str, Any]]], rule: CheckpointRule
 ) -> dict[str, Any] | None:
@@ -215,7 +225,7 @@ def _factorial_section(
                 if value is not None:
                     seeds.append(run.seed)
                     scores.append(value)
-            values[cell] = dict(zip(dict.fromkeys(seeds), one_per_seed(seeds, scores)))  # a repeated seed: its mean
+            values[cell] = mean_by_seed(seeds, scores)
         result = effects(values, design.factors)
         for effect in [*result["main_effects"], *result["interactions"], *result["simple_effects"]]:
             per_seed = effect["per_seed"]
