@@ -3,6 +3,7 @@ on the testbed"; results: docs/benchmarks.md).
 
     python benchmarks/calibration_study.py runs/calibration            # the runs of the protocol's sweep
     python benchmarks/calibration_study.py runs/calibration --json out.json
+    python benchmarks/calibration_study.py runs/r2_agg_headroom/agg=token --control-steps 120 40 --half 16
 
 Reads every run under the folder (one cell, many seeds) and prints:
 
@@ -10,7 +11,8 @@ Reads every run under the folder (one cell, many seeds) and prints:
 2. **A/A**: random 16-vs-16 splits of the last scores, the share with Welch p < 0.05 (Clopper-Pearson 95 %
    interval); the same with the two-level bootstrap paired by problem on fewer splits;
 3. **positive control**: splits with one half of the seeds scored at the middle evaluation and the other
-   half at the last, the share detected, against the power statsmodels predicts for the observed
+   half at the last (``--control-steps LATE EARLY``: at those steps; ``--half N``: N seeds per group, the
+   rest sit the split out), the share detected, against the power statsmodels predicts for the observed
    difference and SD at that n;
 4. **resolution**: the SD over seeds, the MDE at 16 against 16 seeds, the seeds per cell for an MDE of
    0.02, and the wall time of the runs (``run.json`` start to end; the sweep ran them two at a time).
@@ -64,6 +66,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--first", type=int, default=None, help="A/A and positive control on the seeds below this (default: all)"
     )
+    parser.add_argument(
+        "--control-steps", type=int, nargs=2, metavar=("LATE", "EARLY"), default=None,
+        help="the positive control's two evaluations (default: the last and the one before it)",
+    )  # fmt: skip
+    parser.add_argument("--half", type=int, default=None, help="seeds per group in a control split (default: half)")
     args = parser.parse_args(argv)
     from statsmodels.stats.power import TTestIndPower
 
@@ -74,7 +81,11 @@ def main(argv: list[str] | None = None) -> None:
         if series is None or len(series.values) < 2:
             continue
         seed = (read_run_record(run) or {}).get("seed")
-        rows.append((seed, float(series.values[-1]), float(series.values[-2]), read_problem_results(run), run))
+        at = dict(zip(series.steps.tolist(), series.values.tolist()))
+        late, early = args.control_steps or series.steps.tolist()[-1:-3:-1]
+        if late not in at or early not in at:
+            raise SystemExit(f"calibration_study: {run} has no evaluation at step {late} or {early}")
+        rows.append((seed, at[late], at[early], read_problem_results(run), run))
     rows.sort(key=lambda row: row[0])
     everything = np.array([row[1] for row in rows])
     if args.first:  # the protocol's seeds for A/A and the positive control; the resolution uses all
@@ -83,10 +94,11 @@ def main(argv: list[str] | None = None) -> None:
     last_a, middle_a = np.array(last), np.array(middle)
     n, half = len(last), len(last) // 2
     print(f"{n} runs with two held-out evaluations under {args.root} (A/A and positive control)")
+    late, early = (f"step {s}" for s in args.control_steps) if args.control_steps else ("last", "middle")
     print(
-        f"pooled held-out accuracy, last evaluation: mean {last_a.mean():.4f}, SD over seeds {last_a.std(ddof=1):.4f}"
+        f"pooled held-out accuracy, {late} evaluation: mean {last_a.mean():.4f}, SD over seeds {last_a.std(ddof=1):.4f}"
     )
-    print(f"pooled held-out accuracy, middle evaluation: mean {middle_a.mean():.4f}, SD {middle_a.std(ddof=1):.4f}")
+    print(f"pooled held-out accuracy, {early} evaluation: mean {middle_a.mean():.4f}, SD {middle_a.std(ddof=1):.4f}")
     rng = np.random.default_rng(0)
     aa = aa_split_rate(last_a, SPLITS, rng)
     print(f"A/A, Welch, {half} vs {half} seeds: share with p < 0.05 = {_fmt_rate(aa)}")
@@ -106,12 +118,14 @@ def main(argv: list[str] | None = None) -> None:
                 "n_splits": BOOTSTRAP_SPLITS}  # fmt: skip
         print(f"A/A, two-level bootstrap paired by problem ({len(ids)} problems): {_fmt_rate(boot)}")
         report["aa_bootstrap"] = boot
-    positive = split_detection_rate(last_a, middle_a, SPLITS, rng)
+    group = args.half or half
+    positive = split_detection_rate(last_a, middle_a, SPLITS, rng, half=group)
     effect = float(last_a.mean() - middle_a.mean())
     sd = float(np.sqrt((last_a.var(ddof=1) + middle_a.var(ddof=1)) / 2))
-    predicted = float(TTestIndPower().power(effect_size=abs(effect) / sd, nobs1=half, alpha=0.05, ratio=1.0))
+    predicted = float(TTestIndPower().power(effect_size=abs(effect) / sd, nobs1=group, alpha=0.05, ratio=1.0))
     print(
-        f"positive control (step 20 against step 10, {half} vs {half} disjoint seeds): difference {effect:+.4f}, "
+        f"positive control ({late} against {early} evaluation, {group} vs {group} disjoint seeds of {n}): "
+        f"difference {effect:+.4f}, SD {sd:.4f} (MDE at that n {mde_two_groups(group, group, sd):.4f}), "
         f"detected in {_fmt_rate(positive)}; predicted power {predicted:.3f}"
     )
     sd_all, n_all = float(everything.std(ddof=1)), len(everything)

@@ -147,6 +147,23 @@ def test_split_detection_uses_disjoint_seeds_and_matches_the_predicted_power():
     assert no_shift["rate"] < 0.15  # no difference: near the 5 % of an A/A split
 
 
+def test_split_detection_with_fewer_seeds_per_group_has_the_power_of_that_n():
+    """``half`` seeds per group out of a larger pool: the detection rate is the two-sample power at that n
+    (statsmodels), far from the power at half the pool, which a split that ignored ``half`` would show."""
+    rng = np.random.default_rng(5)
+    level = rng.normal(0.0, 1.0, size=64)
+    first, second = level + rng.normal(0, 0.1, 64), level + 0.8 + rng.normal(0, 0.1, 64)
+    d = (second.mean() - first.mean()) / math.sqrt((first.var(ddof=1) + second.var(ddof=1)) / 2)
+    at_8 = TTestIndPower().power(effect_size=d, nobs1=8, alpha=0.05, ratio=1.0)
+    at_32 = TTestIndPower().power(effect_size=d, nobs1=32, alpha=0.05, ratio=1.0)
+    result = split_detection_rate(first, second, 2000, rng, half=8)
+    assert at_32 - at_8 > 0.4  # the two n tell apart
+    assert result["rate"] == pytest.approx(at_8, abs=0.08), (result, at_8)
+    for bad in (1, 33):
+        with pytest.raises(ValueError, match="half must be 2 .. 32"):
+            split_detection_rate(first, second, 10, rng, half=bad)
+
+
 # -- the two-level bootstrap by problem ---------------------------------------------------------------------
 def synthetic_problems(rng: np.random.Generator, seeds: int, difficulty: np.ndarray, shift: float) -> np.ndarray:
     """Seeds x problems 0/1: problem j solved with probability difficulty[j] + a seed's offset + ``shift``."""

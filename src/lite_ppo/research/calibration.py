@@ -80,13 +80,18 @@ def split_detection_rate(
     n_splits: int,
     rng: np.random.Generator,
     alpha: float = ALPHA,
+    half: int | None = None,
 ) -> dict[str, Any]:
     """``{"rate", "ci", "detected", "n_splits"}``: seed ``i`` scored ``first[i]`` under one condition and
-    ``second[i]`` under the other; each split draws a random half of the seeds for ``first`` and gives the
-    rest (an odd seed out is left out) ``second``; the share of splits with Welch p < ``alpha``."""
+    ``second[i]`` under the other; each split draws ``half`` random seeds (default: half of them) for
+    ``first`` and ``half`` others for ``second`` (the rest sit the split out); the share of splits with
+    Welch p < ``alpha``. Fewer than half the seeds per group makes the splits less alike, nearer to fresh
+    samples."""
     a, b = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
     if a.shape != b.shape or a.size < 4:
         raise ValueError(f"expected the same seeds under both conditions, at least 4, got {a.size} and {b.size}")
-    half = a.size // 2
+    half = a.size // 2 if half is None else half
+    if not 2 <= half <= a.size // 2:
+        raise ValueError(f"half must be 2 .. {a.size // 2} (half the seeds), got {half}")
     order = rng.permuted(np.tile(np.arange(a.size), (n_splits, 1)), axis=1)
     return _rate(_welch_p(a[order[:, :half]], b[order[:, half : 2 * half]]), alpha)
