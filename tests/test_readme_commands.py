@@ -14,14 +14,18 @@ from helpers.paths import REPO
 LIGHTNING_COMMANDS = ("fit", "validate", "test")
 
 
-def readme_commands() -> list[str]:
-    """The command lines of the README's ``bash`` blocks: continuation lines joined, comments dropped."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+def bash_lines(path) -> list[str]:
+    """The command lines of a Markdown file's ``bash`` blocks: continuation lines joined, comments dropped."""
+    text = path.read_text(encoding="utf-8")
     lines = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL):
         joined = re.sub(r"\\\n\s*", " ", block)
         lines += [line.split("  #")[0].strip() for line in joined.splitlines() if line.strip()]
     return lines
+
+
+def readme_commands() -> list[str]:
+    return bash_lines(REPO / "README.md")
 
 
 def _without_optional(line: str) -> list[str]:
@@ -83,6 +87,25 @@ def test_readme_benchmark_scripts_take_the_options_it_shows():
         source = script.read_text(encoding="utf-8")
         for option in [a for a in argv[2:] if a.startswith("--")]:
             assert f'"{option}"' in source, f"{line}: {script.name} has no option {option}"
+
+
+def test_the_docs_benchmark_commands_take_the_options_they_show():
+    """The docs' ``python benchmarks/...`` lines (CONTRIBUTING.md, docs/): the script exists and defines
+    every option the line gives it, so a renamed option cannot leave a protocol's command stale."""
+    docs = [REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").rglob("*.md"))]
+    checked = 0
+    for doc in docs:
+        for line in bash_lines(doc):
+            found = re.match(r"^(?:\.venv/bin/)?python (benchmarks/\S+)(.*)$", line)
+            if not found:
+                continue
+            script = REPO / found.group(1)
+            assert script.is_file(), f"{doc.name}: {line}"
+            source = script.read_text(encoding="utf-8")
+            for option in [a.split("=", 1)[0] for a in shlex.split(found.group(2)) if a.startswith("--")]:
+                assert f'"{option}"' in source, f"{doc.name}: {line}: {script.name} has no option {option}"
+            checked += 1
+    assert checked >= 10  # the docs' protocols run benchmark scripts; none found means the parsing broke
 
 
 def test_readme_names_every_shipped_recipe_and_technique():
