@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> None:
         at = dict(zip(series.steps.tolist(), series.values.tolist()))
         late, early = args.control_steps or series.steps.tolist()[-1:-3:-1]
         if late not in at or early not in at:
-            raise SystemExit(f"calibration_study: {run} has no evaluation at step {late} or {early}")
+            raise SystemExit(
+                f"calibration_study: {run} has evaluations at steps {sorted(at)}, not at {late} and {early}"
+            )
         rows.append((seed, at[late], at[early], read_problem_results(run), run))
     rows.sort(key=lambda row: row[0])
     everything = np.array([row[1] for row in rows])
@@ -93,6 +95,8 @@ def main(argv: list[str] | None = None) -> None:
     last, middle, problems = [row[1] for row in rows], [row[2] for row in rows], [row[3] for row in rows]
     last_a, middle_a = np.array(last), np.array(middle)
     n, half = len(last), len(last) // 2
+    if args.half is not None and not 2 <= args.half <= half:
+        raise SystemExit(f"calibration_study: --half must be 2 .. {half} (half of the {n} seeds), got {args.half}")
     print(f"{n} runs with two held-out evaluations under {args.root} (A/A and positive control)")
     late, early = (f"step {s}" for s in args.control_steps) if args.control_steps else ("last", "middle")
     print(
