@@ -13,7 +13,8 @@ Reads every run under the folder (one cell, many seeds) and prints:
 3. **positive control**: splits with one half of the seeds scored at the middle evaluation and the other
    half at the last (``--control-steps LATE EARLY``: at those steps; ``--half N``: N seeds per group, the
    rest sit the split out), the share detected, against the power statsmodels predicts for the observed
-   difference and SD at that n;
+   difference and SD at that n; ``--simulate SETS``: the same on fresh normal seed sets like the runs, the gap
+   between detected and predicted to expect;
 4. **resolution**: the SD over seeds, the MDE at 16 against 16 seeds, the seeds per cell for an MDE of
    0.02, and the wall time of the runs (``run.json`` start to end; the sweep ran them two at a time).
 """
@@ -29,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from lite_ppo.research.bootstrap import paired_bootstrap
-from lite_ppo.research.calibration import aa_split_rate, split_detection_rate
+from lite_ppo.research.calibration import aa_split_rate, predicted_power, simulated_split_gap, split_detection_rate
 from lite_ppo.research.power import mde_two_groups, seeds_for_two_groups
 from lite_ppo.research.problem_results import correctness_matrix, read_problem_results
 from lite_ppo.research.run_record import read_run_record
@@ -37,6 +38,7 @@ from lite_ppo.research.scalars import read_scalars
 from lite_ppo.research.scores import POOLED_VAL, score_series
 
 SPLITS = 2000
+SIMULATED_SPLITS = 500  # per fresh set: the gap's SD over sets is what matters, not each set's precision
 BOOTSTRAP_SPLITS = 200
 
 
@@ -71,8 +73,11 @@ def main(argv: list[str] | None = None) -> None:
         help="the positive control's two evaluations (default: the last and the one before it)",
     )  # fmt: skip
     parser.add_argument("--half", type=int, default=None, help="seeds per group in a control split (default: half)")
+    parser.add_argument(
+        "--simulate", type=int, default=0, metavar="SETS",
+        help="the gap to expect: the control on this many fresh normal seed sets like the runs (default: off)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    from statsmodels.stats.power import TTestIndPower
 
     runs = _runs(args.root)
     rows = []
@@ -126,12 +131,22 @@ def main(argv: list[str] | None = None) -> None:
     positive = split_detection_rate(last_a, middle_a, SPLITS, rng, half=group)
     effect = float(last_a.mean() - middle_a.mean())
     sd = float(np.sqrt((last_a.var(ddof=1) + middle_a.var(ddof=1)) / 2))
-    predicted = float(TTestIndPower().power(effect_size=abs(effect) / sd, nobs1=group, alpha=0.05, ratio=1.0))
+    predicted = predicted_power(last_a, middle_a, group)
     print(
         f"positive control ({late} against {early} evaluation, {group} vs {group} disjoint seeds of {n}): "
         f"difference {effect:+.4f}, SD {sd:.4f} (MDE at that n {mde_two_groups(group, group, sd):.4f}), "
-        f"detected in {_fmt_rate(positive)}; predicted power {predicted:.3f}"
+        f"detected in {_fmt_rate(positive)}; predicted power {predicted:.3f}; "
+        f"gap {positive['rate'] - predicted:+.3f}"
     )
+    if args.simulate:
+        expected = simulated_split_gap(last_a, middle_a, group, args.simulate, SIMULATED_SPLITS, rng)
+        print(
+            f"the same on {args.simulate} fresh sets of {n} seeds from a normal with these means, SDs and "
+            f"correlation ({np.corrcoef(last_a, middle_a)[0, 1]:+.2f}): power {expected['power']:.3f}, "
+            f"detected {expected['rate']:.3f}, predicted {expected['predicted']:.3f}, "
+            f"gap {expected['gap']:+.3f} (SD {expected['gap_sd']:.3f} over the sets)"
+        )
+        report["simulated"] = expected
     sd_all, n_all = float(everything.std(ddof=1)), len(everything)
     mde = mde_two_groups(n_all // 2, n_all // 2, sd_all)
     seeds = seeds_for_two_groups(0.02, sd_all)

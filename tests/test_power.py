@@ -16,7 +16,13 @@ from statsmodels.stats.power import TTestIndPower, TTestPower
 
 from lite_ppo import metric_names as m
 from lite_ppo.research.bootstrap import BOOTSTRAP_METHOD, paired_bootstrap
-from lite_ppo.research.calibration import aa_split_rate, detection_rate, split_detection_rate
+from lite_ppo.research.calibration import (
+    aa_split_rate,
+    detection_rate,
+    predicted_power,
+    simulated_split_gap,
+    split_detection_rate,
+)
 from lite_ppo.research.compare import main as compare_main
 from lite_ppo.research.plan import main as plan_main
 from lite_ppo.research.plan import plan
@@ -162,6 +168,26 @@ def test_split_detection_with_fewer_seeds_per_group_has_the_power_of_that_n():
     for bad in (1, 33):
         with pytest.raises(ValueError, match="half must be 2 .. 32"):
             split_detection_rate(first, second, 10, rng, half=bad)
+
+
+def test_simulated_split_gap_draws_sets_whose_split_rate_is_the_power_at_their_parameters():
+    """Fresh seed sets from the observed means, SDs and correlation: split alike, their detection rate
+    averages to the two-sample power at those parameters (statsmodels, computed here), and the prediction
+    from each set's own statistics is the same statsmodels call on that set."""
+    rng = np.random.default_rng(11)
+    level = rng.normal(0.0, 0.02, size=48)
+    first, second = 0.80 + level + rng.normal(0, 0.01, 48), 0.78 + level + rng.normal(0, 0.01, 48)
+    cov = np.cov(first, second)
+    d = (first.mean() - second.mean()) / math.sqrt((cov[0, 0] + cov[1, 1]) / 2)
+    power = TTestIndPower().power(effect_size=d, nobs1=16, alpha=0.05, ratio=1.0)
+    assert 0.4 < power < 0.95  # a regime where a wrong rate would show
+    result = simulated_split_gap(first, second, 16, 100, 300, rng)
+    assert result["power"] == pytest.approx(power, rel=1e-9)
+    # 100 sets x 300 splits: the mean rate scatters by about 0.02 around the power.
+    assert result["rate"] == pytest.approx(power, abs=0.06), result
+    assert result["gap"] == pytest.approx(result["rate"] - result["predicted"], abs=1e-12)
+    assert 0 < result["gap_sd"] < 0.2
+    assert predicted_power(first, second, 16) == pytest.approx(power, rel=1e-9)  # one set: the same call
 
 
 # -- the two-level bootstrap by problem ---------------------------------------------------------------------

@@ -5,6 +5,9 @@
 - :func:`split_detection_rate` (positive control from one set of runs): each seed scored under two
   conditions (e.g. its held-out accuracy at step 10 and at step 20); every split gives one half of the
   seeds the first condition and the other half the second, so the two groups never share a seed.
+- :func:`simulated_split_gap` (the yardstick for a positive control from one set of runs): how far the
+  share :func:`split_detection_rate` finds may sit from the power predicted from the same runs, when the
+  runs are fresh draws from a normal distribution with their means, SDs and correlation.
 - :func:`detection_rate` (positive control): two cells that differ by a known change (10 vs 20 training
   steps, a halved learning rate), random ``half``-vs-``half`` subsamples; the share detected is the power at
   that n, to hold against the planner's prediction (:mod:`lite_ppo.research.power`).
@@ -21,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -28,7 +32,7 @@ from scipy import stats
 
 from lite_ppo.research.power import ALPHA
 
-__all__ = ["aa_split_rate", "detection_rate", "split_detection_rate"]
+__all__ = ["aa_split_rate", "detection_rate", "predicted_power", "simulated_split_gap", "split_detection_rate"]
 
 
 def _rate(p: np.ndarray, alpha: float) -> dict[str, Any]:
@@ -95,3 +99,51 @@ def split_detection_rate(
         raise ValueError(f"half must be 2 .. {a.size // 2} (half the seeds), got {half}")
     order = rng.permuted(np.tile(np.arange(a.size), (n_splits, 1)), axis=1)
     return _rate(_welch_p(a[order[:, :half]], b[order[:, half : 2 * half]]), alpha)
+
+
+def _power(difference: float, sd: float, half: int, alpha: float) -> float:
+    from statsmodels.stats.power import TTestIndPower
+
+    return float(TTestIndPower().power(effect_size=abs(difference) / sd, nobs1=half, alpha=alpha, ratio=1.0))
+
+
+def predicted_power(
+    first: list[float] | np.ndarray, second: list[float] | np.ndarray, half: int, alpha: float = ALPHA
+) -> float:
+    """The two-sample t-test's power at ``half`` seeds per group for the observed difference of means, in
+    units of the two conditions' root-mean-square SD (statsmodels), as ``plan`` predicts it."""
+    a, b = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
+    return _power(float(a.mean() - b.mean()), math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2), half, alpha)
+
+
+def simulated_split_gap(
+    first: list[float] | np.ndarray,
+    second: list[float] | np.ndarray,
+    half: int,
+    pools: int,
+    n_splits: int,
+    rng: np.random.Generator,
+    alpha: float = ALPHA,
+) -> dict[str, float]:
+    """What :func:`split_detection_rate` against :func:`predicted_power` gives on fresh runs: ``pools``
+    sets of as many seeds drawn from a bivariate normal with the observed means, SDs and correlation of
+    ``first`` and ``second``, each split and predicted as the real set is.
+
+    Returns ``power`` (at the drawn distribution's own parameters), ``rate`` and ``predicted`` (their means
+    over the sets) and ``gap``, ``gap_sd`` (mean and SD of rate − predicted over the sets): a real gap
+    within a couple of ``gap_sd`` of ``gap`` is what the method promises."""
+    a, b = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
+    mean, cov = np.array([a.mean(), b.mean()]), np.cov(a, b)
+    rates, predicted = np.empty(pools), np.empty(pools)
+    for i in range(pools):
+        x, y = rng.multivariate_normal(mean, cov, size=a.size).T
+        rates[i] = split_detection_rate(x, y, n_splits, rng, alpha, half=half)["rate"]
+        predicted[i] = predicted_power(x, y, half, alpha)
+    gaps = rates - predicted
+    return {
+        "power": _power(float(mean[0] - mean[1]), math.sqrt((cov[0, 0] + cov[1, 1]) / 2), half, alpha),
+        "rate": float(rates.mean()),
+        "predicted": float(predicted.mean()),
+        "gap": float(gaps.mean()),
+        "gap_sd": float(gaps.std(ddof=1)),
+    }
