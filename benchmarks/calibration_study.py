@@ -39,7 +39,7 @@ from lite_ppo.research.scores import POOLED_VAL, score_series
 
 SPLITS = 2000
 SIMULATED_SPLITS = 500  # per fresh set: the gap's SD over sets is what matters, not each set's precision
-BOOTSTRAP_SPLITS = 200
+BOOTSTRAP_SPLITS = 200  # the default of --bootstrap-splits: each split is a 1,000-round bootstrap
 
 
 def _runs(root: Path) -> list[Path]:
@@ -73,6 +73,10 @@ def main(argv: list[str] | None = None) -> None:
         help="the positive control's two evaluations (default: the last and the one before it)",
     )  # fmt: skip
     parser.add_argument("--half", type=int, default=None, help="seeds per group in a control split (default: half)")
+    parser.add_argument(
+        "--bootstrap-splits", type=int, default=BOOTSTRAP_SPLITS, metavar="N",
+        help=f"A/A splits for the two-level bootstrap (default: {BOOTSTRAP_SPLITS})",
+    )  # fmt: skip
     parser.add_argument(
         "--simulate", type=int, default=0, metavar="SETS",
         help="the gap to expect: the control on this many fresh normal seed sets like the runs (default: off)",
@@ -116,15 +120,15 @@ def main(argv: list[str] | None = None) -> None:
         ids = sorted(set.intersection(*(set(p) for p in problems)))
         matrix = correctness_matrix(problems, ids)
         detected = 0
-        for _ in range(BOOTSTRAP_SPLITS):
+        for _ in range(args.bootstrap_splits):
             order = rng.permutation(n)
             result = paired_bootstrap(matrix[order[:half]], matrix[order[half : 2 * half]], rng=rng, rounds=1000)
             detected += result["p"] < 0.05
         from scipy import stats
 
-        ci = stats.binomtest(detected, BOOTSTRAP_SPLITS).proportion_ci(method="exact")
-        boot = {"rate": detected / BOOTSTRAP_SPLITS, "ci": [ci.low, ci.high], "detected": detected,
-                "n_splits": BOOTSTRAP_SPLITS}  # fmt: skip
+        ci = stats.binomtest(detected, args.bootstrap_splits).proportion_ci(method="exact")
+        boot = {"rate": detected / args.bootstrap_splits, "ci": [ci.low, ci.high], "detected": detected,
+                "n_splits": args.bootstrap_splits}  # fmt: skip
         print(f"A/A, two-level bootstrap paired by problem ({len(ids)} problems): {_fmt_rate(boot)}")
         report["aa_bootstrap"] = boot
     group = args.half or half
