@@ -91,12 +91,12 @@ def main(argv: list[str] | None = None) -> None:
             continue
         seed = (read_run_record(run) or {}).get("seed")
         at = dict(zip(series.steps.tolist(), series.values.tolist()))
-        late, early = args.control_steps or series.steps.tolist()[-1:-3:-1]
-        if late not in at or early not in at:
+        late_step, early_step = args.control_steps or series.steps.tolist()[-1:-3:-1]
+        if late_step not in at or early_step not in at:
             raise SystemExit(
-                f"calibration_study: {run} has evaluations at steps {sorted(at)}, not at {late} and {early}"
+                f"calibration_study: {run} has evaluations at steps {sorted(at)}, not at {late_step} and {early_step}"
             )
-        rows.append((seed, at[late], at[early], read_problem_results(run), run))
+        rows.append((seed, at[late_step], at[early_step], read_problem_results(run), run))
     rows.sort(key=lambda row: row[0])
     everything = np.array([row[1] for row in rows])
     if args.first:  # the protocol's seeds for A/A and the positive control; the resolution uses all

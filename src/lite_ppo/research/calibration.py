@@ -12,7 +12,8 @@
   steps, a halved learning rate), random ``half``-vs-``half`` subsamples; the share detected is the power at
   that n, to hold against the planner's prediction (:mod:`lite_ppo.research.power`).
 
-Both return the share with its 95 % Clopper-Pearson interval (``scipy.stats.binomtest(...).proportion_ci``).
+The three rate functions return the share with its 95 % Clopper-Pearson interval
+(``scipy.stats.binomtest(...).proportion_ci``).
 That interval treats the splits as independent trials; splits of one fixed set of seeds are not (they
 reuse the same values), so it describes the splitting noise only, not the luck of the seeds that were run.
 
