@@ -31,6 +31,7 @@ from lite_ppo.research.power import (
     mde_normal,
     mde_two_groups,
     pooled_sd,
+    power_two_groups,
     seeds_for_contrast,
     seeds_for_two_groups,
     verdict,
@@ -151,6 +152,12 @@ def test_split_detection_uses_disjoint_seeds_and_matches_the_predicted_power():
     assert predicted < 0.9 and paired > 0.999
     no_shift = split_detection_rate(first, first + rng.normal(0, 0.1, 32), 1000, rng)
     assert no_shift["rate"] < 0.15  # no difference: near the 5 % of an A/A split
+
+
+def test_power_two_groups_is_the_noncentral_t_tail():
+    for difference, n, sd in [(0.02, 16, 0.025), (-0.014, 24, 0.019), (0.05, 5, 0.03)]:
+        expected = nct_power_two_groups(abs(difference), sd, n, n)
+        assert power_two_groups(difference, n, sd) == pytest.approx(expected, rel=1e-6)
 
 
 def test_split_detection_with_fewer_seeds_per_group_has_the_power_of_that_n():

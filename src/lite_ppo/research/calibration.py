@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from lite_ppo.research.power import ALPHA
+from lite_ppo.research.power import ALPHA, power_two_groups
 
 __all__ = ["aa_split_rate", "detection_rate", "predicted_power", "simulated_split_gap", "split_detection_rate"]
 
@@ -102,19 +102,13 @@ def split_detection_rate(
     return _rate(_welch_p(a[order[:, :half]], b[order[:, half : 2 * half]]), alpha)
 
 
-def _power(difference: float, sd: float, half: int, alpha: float) -> float:
-    from statsmodels.stats.power import TTestIndPower
-
-    return float(TTestIndPower().power(effect_size=abs(difference) / sd, nobs1=half, alpha=alpha, ratio=1.0))
-
-
 def predicted_power(
     first: list[float] | np.ndarray, second: list[float] | np.ndarray, half: int, alpha: float = ALPHA
 ) -> float:
     """The two-sample t-test's power at ``half`` seeds per group for the observed difference of means, in
     units of the two conditions' root-mean-square SD (statsmodels), as ``plan`` predicts it."""
     a, b = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
-    return _power(float(a.mean() - b.mean()), math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2), half, alpha)
+    return power_two_groups(float(a.mean() - b.mean()), half, math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2), alpha)
 
 
 def simulated_split_gap(
@@ -142,7 +136,7 @@ def simulated_split_gap(
         predicted[i] = predicted_power(x, y, half, alpha)
     gaps = rates - predicted
     return {
-        "power": _power(float(mean[0] - mean[1]), math.sqrt((cov[0, 0] + cov[1, 1]) / 2), half, alpha),
+        "power": power_two_groups(float(mean[0] - mean[1]), half, math.sqrt((cov[0, 0] + cov[1, 1]) / 2), alpha),
         "rate": float(rates.mean()),
         "predicted": float(predicted.mean()),
         "gap": float(gaps.mean()),

@@ -38,6 +38,7 @@ __all__ = [
     "mde_normal",
     "mde_two_groups",
     "pooled_sd",
+    "power_two_groups",
     "seeds_for_contrast",
     "seeds_for_two_groups",
     "verdict",
@@ -106,13 +107,20 @@ def _seeds(solved: float, power_at: Any, power: float) -> int:
     return n
 
 
+def power_two_groups(difference: float, n: int, sd: float, alpha: float = ALPHA) -> float:
+    """The power of the two-sample t-test to detect ``difference`` with ``n`` seeds per cell, SD ``sd`` each."""
+    from statsmodels.stats.power import TTestIndPower
+
+    return float(TTestIndPower().power(effect_size=abs(difference) / sd, nobs1=n, alpha=alpha, ratio=1.0))
+
+
 def seeds_for_two_groups(mde: float, sd: float, alpha: float = ALPHA, power: float = POWER) -> int:
     """Seeds per cell for a 2-cell comparison to detect ``mde`` (two equal groups, SD ``sd`` each)."""
     from statsmodels.stats.power import TTestIndPower
 
     d = _effect_size(mde, sd)
     n = _solve(TTestIndPower(), effect_size=d, nobs1=None, ratio=1.0, alpha=alpha, power=power)
-    return _seeds(n, lambda k: TTestIndPower().power(effect_size=d, nobs1=k, alpha=alpha, ratio=1.0), power)
+    return _seeds(n, lambda k: power_two_groups(mde, k, sd, alpha), power)
 
 
 def seeds_for_contrast(mde: float, sd: float, alpha: float = ALPHA, power: float = POWER) -> int:
