@@ -165,6 +165,7 @@ class Rollout(Callback):
         self._dropped_prompts = 0
         self._replacements = _replacement_stream(trainer, index)
         rollout, timings = self._scored_rollout(trainer, pl_module, problems, index, round_index=0)
+        generated_tokens = rollout.response_mask.sum()  # every round's, for the throughput
         target_groups = len(problems)
         keep = _keep_mask(trainer, pl_module, rollout)
         if keep is not None:
@@ -177,6 +178,7 @@ class Rollout(Callback):
                 rounds += 1
                 extra = trainer.datamodule.refill_batch(index, rounds, trainer.global_rank, trainer.world_size)
                 more, more_timings = self._scored_rollout(trainer, pl_module, extra["problems"], index, rounds)
+                generated_tokens = generated_tokens + more.response_mask.sum()
                 for name, seconds in more_timings.items():
                     timings[name] = timings.get(name, 0.0) + seconds
                 more_keep = _keep_mask(trainer, pl_module, more)
@@ -189,7 +191,7 @@ class Rollout(Callback):
             pl_module.log(
                 "groups/dropped_rate", 1.0 - (keep.float().mean().item()), on_step=True, on_epoch=False, batch_size=1
             )
-        self._log_rollout(pl_module, rollout, timings)
+        self._log_rollout(pl_module, rollout, timings, generated_tokens)
         if self.producer.prompt_token_limit(pl_module, self.sampling) is not None:
             pl_module.log(
                 OVERLONG_PROMPTS_DROPPED,
@@ -264,14 +266,17 @@ class Rollout(Callback):
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.producer.close()
 
-    def _log_rollout(self, module, rollout: RolloutBatch, timings: dict[str, float]) -> None:
-        """Timings of this rank. The reward, verifier-status, group, length and truncation statistics
+    def _log_rollout(
+        self, module, rollout: RolloutBatch, timings: dict[str, float], generated_tokens: torch.Tensor
+    ) -> None:
+        """Timings of this rank; the throughput counts every generation round's tokens (the trained
+        batch is fewer under dynamic sampling). The reward, verifier-status, group, length and truncation statistics
         of the global batch are the Diagnostics callback's (always on)."""
         metrics = {}
         for name, seconds in timings.items():
             metrics[f"time/{name}"] = torch.tensor(seconds)
         if timings.get("generation_s"):
-            metrics["time/generation_tokens_per_s"] = rollout.response_mask.sum().float() / timings["generation_s"]
+            metrics["time/generation_tokens_per_s"] = generated_tokens.float() / timings["generation_s"]
         module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=rollout.num_responses)
 
 

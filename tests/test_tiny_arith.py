@@ -269,7 +269,8 @@ def _all_same(outcomes: list[tuple[int, int]]) -> list[bool]:
 def test_dynamic_sampling_trains_only_mixed_groups(tmp_path, tiny_arith_path):
     """Dynamic sampling has a visible effect on the smoke model: without it the trained batch
     holds all-correct / all-wrong groups; with it (same seeds) every trained group is mixed, and
-    the logged dropped share and refill rounds equal what the recorder saw."""
+    the logged dropped share and refill rounds equal what the recorder saw, and the logged
+    generation throughput counts the refill rounds' tokens."""
     steps, prompts, n = 3, 8, 4
     common = [
         f"--data.steps_per_epoch={steps}",
@@ -308,6 +309,10 @@ def test_dynamic_sampling_trains_only_mixed_groups(tmp_path, tiny_arith_path):
     assert dynamic[0]["rounds"][0] == plain[0]["trained"]
     assert dropped_share[0] == pytest.approx(sum(_all_same(plain[0]["trained"])) / prompts)
     assert max(dropped_share) > 0
+    # Throughput counts every round's tokens: rate x seconds is the step's generated tokens (one rank).
+    rates, seconds = scalars["time/generation_tokens_per_s"], scalars["time/generation_s"]
+    generated = scalars["response/generated_tokens"]
+    assert [r * s for r, s in zip(rates, seconds)] == pytest.approx(generated, rel=1e-5)
 
 
 @pytest.mark.slow

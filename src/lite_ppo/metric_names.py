@@ -198,7 +198,7 @@ SCALARS: dict[str, tuple[str, str]] = {
     STEP_SECONDS: ("Rollout", "wall seconds of the whole training step: generation, scoring, old log-probs and update"),
     GENERATION_SECONDS: ("Rollout", "seconds generating (all refill rounds)"),
     "time/reward_s": ("Rollout", "seconds scoring with the verifier"),
-    "time/generation_tokens_per_s": ("Rollout", "generated tokens per second (this rank)"),
+    "time/generation_tokens_per_s": ("Rollout", "generated tokens per second (this rank, all refill rounds)"),
     OLD_LOGPROB_SECONDS: ("LitePPO", "seconds computing the old log-probs"),
     UPDATE_SECONDS: ("LitePPO", "seconds of the PPO update (all mini-batches)"),
     UPDATE_TOKENS_PER_SECOND: ("LitePPO", "prompt + response tokens per second of the update (mean over ranks)"),
