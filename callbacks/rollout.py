@@ -188,9 +188,8 @@ class Rollout(Callback):
                 )
             rollout = self._fill_to(kept, dropped, target_groups, pl_module, rounds)
             pl_module.log(names.REFILL_ROUNDS, float(rounds), on_step=True, on_epoch=False, batch_size=1)
-            pl_module.log(
-                "groups/dropped_rate", 1.0 - (keep.float().mean().item()), on_step=True, on_epoch=False, batch_size=1
-            )
+            # Over every rank's first round (the step's metrics reduce it), not this rank's alone.
+            pl_module.step_context().metrics.mean(names.DROPPED_RATE, (~keep).sum(), keep.numel())
         self._log_rollout(pl_module, rollout, timings, generated_tokens)
         if self.producer.prompt_token_limit(pl_module, self.sampling) is not None:
             pl_module.log(

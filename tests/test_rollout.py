@@ -206,3 +206,57 @@ def test_rollout_callback_adds_every_shaping_term_then_shows_the_batch_read_only
         assert shaped.reward_status == ["correct", "wrong", "correct", "unparsed"]
         results.append(shaped.rewards)
     assert torch.equal(results[0], results[1])  # the callback order does not matter
+
+
+def test_dropped_rate_is_the_share_over_every_rank(tiny_model_path):
+    """``groups/dropped_rate`` is the share of the first round's responses dynamic sampling dropped
+    over all ranks, not rank 0's: two ranks (rank 0 drops 1 of its 2 groups, rank 1 none) run the
+    callback's training rollout, and their step metrics are reduced as the module reduces them."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from helpers.engines import ScriptedEngine
+    from lite_ppo.callbacks import DynamicSampling, Rollout
+    from lite_ppo.data import Problem
+    from lite_ppo.step_metrics import StepMetrics
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    problems = [Problem("p1", "What is 6 * 7?", "42", "t"), Problem("p2", "What is 3 + 4?", "7", "t")]
+    mixed = [("\\boxed{42}", True), ("\\boxed{41}", True)], [("\\boxed{7}", True), ("\\boxed{8}", True)]
+    scripts = {0: [mixed[0], [("\\boxed{7}", True)] * 2], 1: list(mixed)}  # rank 0: p2's group all right
+    ranks_metrics, logged = {}, {}
+    for rank, script in scripts.items():
+        module = SimpleNamespace(
+            tokenizer=tokenizer,
+            policy=None,
+            model_path="",
+            policy_version=0,
+            device=torch.device("cpu"),
+            step_metrics=StepMetrics(),
+            report_phase=lambda phase: None,
+            log=lambda name, value, rank=rank, **k: logged.setdefault(rank, {}).__setitem__(name, float(value)),
+            log_dict=lambda d, **k: None,
+        )
+        module.step_context = lambda module=module: step_ctx(None, module)
+        trainer = SimpleNamespace(callbacks=[DynamicSampling()], global_rank=rank, world_size=2, datamodule=None)
+        rollout = Rollout(engine=ScriptedEngine(script), sampling=SamplingConfig(n=2, max_new_tokens=16))
+        rollout.max_refill_rounds = 0  # the first round is the step
+        batch = {"problems": problems, "index": 0}
+        if rank == 0:  # one group dropped and no refill: topped up with it, with a warning
+            with pytest.warns(UserWarning, match="could not fill the batch"):
+                rollout.training_rollout(trainer, module, batch, 0)
+        else:
+            rollout.training_rollout(trainer, module, batch, 0)
+        ranks_metrics[rank] = module.step_metrics
+
+    class TwoRanks:  # the all-reduce of the two ranks' step sums, as lite_ppo.strategies.Ranks does it
+        def sum(self, value):
+            return sum(torch.stack(list(m._sums[k] for k in sorted(m._sums))) for m in ranks_metrics.values())
+
+        def max(self, value):
+            return value
+
+    reduced = {name: float(v) for name, v in ranks_metrics[0].compute(TwoRanks()).items()}
+    step = {**reduced, **logged.get(0, {})}  # whatever rank 0 logs is what TensorBoard shows
+    assert step["groups/dropped_rate"] == pytest.approx(1 / 4)  # 2 of the 8 responses, one group of four

@@ -63,6 +63,7 @@ UPDATE_TOKENS_PER_SECOND = "time/update_tokens_per_s"
 RATIO_MAX = "policy/ratio_max"  # over the step's loss tokens, all ranks
 RATIO_MIN = "policy/ratio_min"
 REFILL_ROUNDS = "groups/refill_rounds"  # dynamic sampling: generation rounds beyond the first
+DROPPED_RATE = "groups/dropped_rate"  # dynamic sampling: share of the first round dropped
 # optimizer steps the divergence guard skipped so far in the run (non-finite loss or grad norm)
 SKIPPED_STEPS = "update/skipped_steps"
 # The policy objectives other than the PPO clip log their own statistics instead of clip/* (ops.POLICY_OBJECTIVES).
@@ -195,14 +196,17 @@ SCALARS: dict[str, tuple[str, str]] = {
         "real tokens / token positions the update's forward passes processed "
         "(1 = no padding; with `pack_prompts` a group's prompt counts once)",
     ),
-    STEP_SECONDS: ("Rollout", "wall seconds of the whole training step: generation, scoring, old log-probs and update"),
-    GENERATION_SECONDS: ("Rollout", "seconds generating (all refill rounds)"),
-    "time/reward_s": ("Rollout", "seconds scoring with the verifier"),
-    "time/generation_tokens_per_s": ("Rollout", "generated tokens per second (this rank, all refill rounds)"),
-    OLD_LOGPROB_SECONDS: ("LitePPO", "seconds computing the old log-probs"),
-    UPDATE_SECONDS: ("LitePPO", "seconds of the PPO update (all mini-batches)"),
+    STEP_SECONDS: (
+        "Rollout",
+        "wall seconds of the whole training step: generation, scoring, old log-probs and update (rank 0)",
+    ),
+    GENERATION_SECONDS: ("Rollout", "seconds generating (all refill rounds; rank 0)"),
+    "time/reward_s": ("Rollout", "seconds scoring with the verifier (rank 0)"),
+    "time/generation_tokens_per_s": ("Rollout", "generated tokens per second (all refill rounds; rank 0)"),
+    OLD_LOGPROB_SECONDS: ("LitePPO", "seconds computing the old log-probs (mean over ranks)"),
+    UPDATE_SECONDS: ("LitePPO", "seconds of the PPO update (all mini-batches; mean over ranks)"),
     UPDATE_TOKENS_PER_SECOND: ("LitePPO", "prompt + response tokens per second of the update (mean over ranks)"),
-    PEAK_RSS: ("Rollout", "peak resident memory of the process so far (GiB, this rank)"),
+    PEAK_RSS: ("Rollout", "peak resident memory of the process so far (GiB, rank 0)"),
     OVERLONG_PROMPTS_DROPPED: (
         "Rollout",
         "problems skipped this step because their prompt exceeds "
@@ -212,10 +216,10 @@ SCALARS: dict[str, tuple[str, str]] = {
 
 # Logged only in the situation named.
 CONDITIONAL_SCALARS: dict[str, tuple[str, str]] = {
-    PEAK_GPU: ("Rollout", "on CUDA: peak GPU memory allocated by torch during the step (GiB, this rank)"),
+    PEAK_GPU: ("Rollout", "on CUDA: peak GPU memory allocated by torch during the step (GiB, rank 0)"),
     "time/weight_sync_s": (
         "Rollout",
-        "with an engine that holds its own weights (vLLM): seconds pushing the policy into it",
+        "with an engine that holds its own weights (vLLM): seconds pushing the policy into it (rank 0)",
     ),
     TOTAL_LOSS: ("LitePPO", "when a technique adds loss terms: the optimized loss (policy + terms)"),
     "loss/<term>": ("LitePPO", "when a technique adds loss terms: each term, named by the technique (e.g. `loss/kl`)"),
@@ -225,7 +229,7 @@ CONDITIONAL_SCALARS: dict[str, tuple[str, str]] = {
         "(above `engine_logprob_tolerance` the step used the trainer's own log-probs)",
     ),
     CLIP_DUAL_NEGATIVE: ("LitePPO", "with a dual clip: share of A < 0 tokens whose loss the dual clip bounds"),
-    "groups/dropped_rate": (
+    DROPPED_RATE: (
         "Rollout",
         "with a `keep_groups` technique (dynamic sampling): share of the first round's responses it dropped",
     ),
