@@ -193,8 +193,26 @@ def test_prompts_longer_than_the_context_are_dropped_counted_and_warned(tmp_path
     assert sum("dropping problems" in str(w.message) for w in warned) == 1  # warned once
     assert all(i.startswith("short") for i in seen.ids) and len(seen.ids) == 2 * 4 * 2  # shape kept
     assert max(seen.prompt_lengths) <= 2044
-    dropped = read_scalars(tmp_path / "tb")[OVERLONG_PROMPTS_DROPPED]
-    assert sum(v for _, v in dropped) >= long_in_batches
+    # Each step skips its own long problems and the long replacements met before the last one used
+    # (the replacements come from the data module's refill stream, from round 1023 down), no more.
+    from lite_ppo.callbacks.rollout import _REPLACEMENT_FIRST_ROUND
+
+    def skipped(k: int) -> int:
+        need = count = sum(p.id.startswith("long") for p in batches[k])
+        round_index = _REPLACEMENT_FIRST_ROUND
+        while need:
+            for problem in data.refill_batch(k, round_index)["problems"]:
+                if not need:
+                    break
+                if problem.id.startswith("long"):
+                    count += 1
+                else:
+                    need -= 1
+            round_index -= 1
+        return count
+
+    dropped = [v for _, v in sorted(read_scalars(tmp_path / "tb")[OVERLONG_PROMPTS_DROPPED])]
+    assert dropped == [skipped(0), skipped(1)]
 
 
 @pytest.mark.slow

@@ -176,9 +176,10 @@ class RolloutProducer:
         step: int = 0,
     ) -> tuple[list[Problem], int]:
         """``(problems, dropped)``: ``problems`` with every prompt over :meth:`prompt_token_limit`
-        replaced by fitting ones taken from ``replacements`` (``drop``; ``dropped`` counts every
-        over-long prompt met, replacements included), or a :class:`UserError` naming the first
-        over-long one (``refuse``). ``step`` only names the step in the errors."""
+        replaced by fitting ones taken from ``replacements`` (``drop``; ``dropped`` counts the
+        over-long prompts skipped: the batch's and the replacements' up to the last one used), or a
+        :class:`UserError` naming the first over-long one (``refuse``). ``step`` only names the step in
+        the errors."""
         limit = self.prompt_token_limit(source, sampling)
         if limit is None:
             return problems, 0
@@ -197,9 +198,14 @@ class RolloutProducer:
             extra = next(replacements, None) if replacements is not None else None
             if extra is None:
                 break
-            fitting, more_too_long = self._split_by_prompt_length(extra, source.tokenizer, limit)
-            dropped += len(more_too_long)
-            kept += fitting[: len(problems) - len(kept)]
+            # In order, up to the last replacement used: an over-long prompt after it was not skipped.
+            for problem, length in zip(extra, self._prompt_lengths(extra, source.tokenizer)):
+                if len(kept) == len(problems):
+                    break
+                if length <= limit:
+                    kept.append(problem)
+                else:
+                    dropped += 1
         if len(kept) < len(problems):
             raise UserError(
                 f"could not find {len(problems)} problems with prompts of at most {limit} tokens for step {step} "
@@ -215,11 +221,14 @@ class RolloutProducer:
             )
         return kept, dropped
 
+    def _prompt_lengths(self, problems: list[Problem], tokenizer: Any) -> list[int]:
+        return [len(ids) for ids in self.prompt.encode([p.problem for p in problems], tokenizer)] if problems else []
+
     def _split_by_prompt_length(
         self, problems: list[Problem], tokenizer: Any, limit: int
     ) -> tuple[list[Problem], list[tuple[Problem, int]]]:
         """(problems whose prompt fits, [(problem, prompt length)] of the others)."""
-        lengths = [len(ids) for ids in self.prompt.encode([p.problem for p in problems], tokenizer)] if problems else []
+        lengths = self._prompt_lengths(problems, tokenizer)
         fits = [p for p, n in zip(problems, lengths) if n <= limit]
         return fits, [(p, n) for p, n in zip(problems, lengths) if n > limit]
 
