@@ -243,3 +243,22 @@ def test_group_outcome_shares_by_hand():
     assert shares["all_correct"].item() == pytest.approx(0.25)
     assert shares["all_wrong"].item() == pytest.approx(0.5)
     assert shares["mixed"].item() == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("dual_clip", [None, 3.0])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_clip_fraction_is_the_share_of_tokens_whose_gradient_vanished(seed, dual_clip):
+    """``total`` against autograd: the share of valid tokens with A != 0 whose loss has zero gradient
+    with respect to their log-prob (the dual clip's tokens included)."""
+    gen = torch.Generator().manual_seed(seed)
+    new = (torch.randn(8, 12, generator=gen, dtype=torch.float64) * 1.5).requires_grad_()
+    old = torch.randn(8, 12, generator=gen, dtype=torch.float64)
+    adv = torch.randn(8, generator=gen, dtype=torch.float64)
+    mask = (torch.rand(8, 12, generator=gen) > 0.2).to(torch.float64)
+    loss, ratio = clipped_surrogate(new, old, adv, 0.2, 0.28, dual_clip)
+    (grad,) = torch.autograd.grad((loss * mask).sum(), new)
+    vanished = (grad == 0) & (mask > 0) & (adv.unsqueeze(-1) != 0)
+    if dual_clip is not None:
+        assert ((adv.unsqueeze(-1) < 0) & (ratio > dual_clip) & (mask > 0)).any(), "no dual-clipped token drawn"
+    share = clip_fractions(ratio.detach(), adv, mask, 0.2, 0.28, dual_clip)["total"]
+    assert share.item() == pytest.approx(vanished.sum().item() / mask.sum().item(), rel=1e-12)

@@ -162,8 +162,8 @@ SCALARS: dict[str, tuple[str, str]] = {
     RATIO_MIN: ("LitePPO", "smallest importance ratio"),
     CLIP_FRACTION: (
         "LitePPO",
-        "share of trained tokens whose gradient the clip removed (either bound); `clip/*` are the default "
-        "`ppo_clip` objective's (GSPO, CISPO and SAPO log their own instead)",
+        "share of trained tokens whose gradient the clip removed (either bound or the dual clip); `clip/*` are the "
+        "default `ppo_clip` objective's (GSPO, CISPO and SAPO log their own instead)",
     ),
     CLIP_UPPER_POSITIVE: (
         "LitePPO",

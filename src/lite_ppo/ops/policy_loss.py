@@ -60,7 +60,7 @@ def clip_fractions(
     triggers when A < 0 and rho > c. Ratios beyond a bound on the other sign's side are reported as
     ``*_inactive`` (they cross the bound but keep their gradient).
 
-    Returns fractions over all valid tokens: ``upper`` (A>0), ``lower`` (A<0), ``total``,
+    Returns fractions over all valid tokens: ``upper`` (A>0), ``lower`` (A<0), ``total`` (both and ``dual``),
     ``upper_inactive`` (A<0, rho > 1+eps_high), ``lower_inactive`` (A>0, rho < 1-eps_low), ``dual``.
     """
     if advantages.dim() == 1:
@@ -76,7 +76,7 @@ def clip_fractions(
         "lower_inactive": (pos & below).sum() / n,
     }
     out["dual"] = (neg & (ratio > dual_clip)).sum() / n if dual_clip is not None else ratio.new_zeros(())
-    out["total"] = out["upper"] + out["lower"]
+    out["total"] = out["upper"] + out["lower"] + out["dual"]  # the dual clip removes the gradient too
     return out
 
 
