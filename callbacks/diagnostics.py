@@ -104,11 +104,11 @@ class Diagnostics(Technique):
     @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.layout and trainer.global_rank == 0:
-            tiers, benchmarks = _evaluated(trainer)
+            tiers, held_out, benchmarks = _evaluated(trainer)
             techniques = [type(callback).__name__ for callback in trainer.callbacks]
             for writer in _tensorboard_writers(trainer):
-                writer.add_custom_scalars(names.custom_scalars_layout(tiers, techniques, benchmarks))
-                _write_hparams(writer, run_hparams(trainer, pl_module), names.hparam_metrics(tiers, benchmarks))
+                writer.add_custom_scalars(names.custom_scalars_layout(tiers, techniques, benchmarks, held_out))
+                _write_hparams(writer, run_hparams(trainer, pl_module), names.hparam_metrics(held_out, benchmarks))
 
     @override
     def on_rollout(self, ctx: StepContext, batch: RolloutBatch) -> None:
@@ -325,14 +325,17 @@ def _rate(flags: torch.Tensor, among: torch.Tensor) -> float:
     return float(flags[among].double().mean()) if among.any() else 0.0
 
 
-def _evaluated(trainer: Trainer) -> tuple[list[str], bool]:
-    """The run's training tiers (the datamodule's sources: their held-out accuracy is charted) and
+def _evaluated(trainer: Trainer) -> tuple[list[str], list[str], bool]:
+    """The run's training tiers (the datamodule's sources), the tiers whose held-out accuracy it
+    logs (none with ``val_size: 0`` or ``limit_val_batches: 0``: their charts would stay empty) and
     whether its validation includes any benchmark (sets given to the data module's
     ``configure_validation``, as the ``Evaluation`` callback does; else no average is logged)."""
     datamodule = getattr(trainer, "datamodule", None)
     tiers = list(getattr(datamodule, "sources", None) or {})
-    benchmarks = bool(getattr(datamodule, "validation_sets", None))
-    return tiers, benchmarks
+    validates = getattr(trainer, "limit_val_batches", 1) != 0
+    held_out = tiers if validates and getattr(datamodule, "val_size", 1) else []
+    benchmarks = validates and bool(getattr(datamodule, "validation_sets", None))
+    return tiers, held_out, benchmarks
 
 
 def _tensorboard_writers(trainer) -> list:

@@ -190,8 +190,27 @@ def test_the_benchmark_average_chart_follows_what_the_data_module_validates():
 
     datamodule = MathDataModule(prompts_per_step=4, val_size=1)
     trainer = SimpleNamespace(datamodule=datamodule, callbacks=[])
-    assert _evaluated(trainer) == (["easy", "medium", "hard"], False)
+    tiers = ["easy", "medium", "hard"]
+    assert _evaluated(trainer) == (tiers, tiers, False)
     datamodule.configure_validation([], batch_size=2)  # held-out tiers only, as `lite-ppo fit` by default
-    assert _evaluated(trainer)[1] is False
+    assert _evaluated(trainer)[2] is False
     datamodule.configure_validation([("mini", [Problem("m1", "1 + 1?", "2", "mini")])], batch_size=2)
-    assert datamodule.validation_sets == ["mini"] and _evaluated(trainer)[1] is True
+    assert datamodule.validation_sets == ["mini"] and _evaluated(trainer)[2] is True
+
+
+def test_a_run_without_held_out_problems_charts_no_held_out_accuracy():
+    """``val_size: 0`` (or ``limit_val_batches: 0``): no held-out accuracy is logged, so the first row
+    of the custom scalars and the HPARAMS columns leave it out; the training tiers keep their charts."""
+    from lite_ppo import metric_names as names
+    from lite_ppo.callbacks.diagnostics import _evaluated
+    from lite_ppo.data import MathDataModule
+
+    tiers = ["easy", "medium", "hard"]
+    for datamodule, limit in ((MathDataModule(prompts_per_step=4, val_size=0), 1.0), (MathDataModule(val_size=2), 0)):
+        trainer = SimpleNamespace(datamodule=datamodule, callbacks=[], limit_val_batches=limit)
+        _, held_out, benchmarks = _evaluated(trainer)
+        assert (held_out, benchmarks) == ([], False)
+        layout = names.custom_scalars_layout(tiers, [], benchmarks, held_out)
+        assert not [title for title in layout["1 paper panels"] if title.startswith("held-out")]
+        assert {"3 tier easy", "3 tier medium", "3 tier hard"} <= set(layout)
+        assert not [tag for tag in names.hparam_metrics(held_out, benchmarks) if tag.startswith("val/")]

@@ -378,14 +378,18 @@ _COST_PANELS = {
 
 
 def custom_scalars_layout(
-    tiers: Sequence[str] = (), techniques: Sequence[str] = (), benchmarks: bool = False
+    tiers: Sequence[str] = (),
+    techniques: Sequence[str] = (),
+    benchmarks: bool = False,
+    held_out: Sequence[str] | None = None,
 ) -> dict[str, dict[str, list]]:
     """The CUSTOM SCALARS tab of a run, in the format of ``SummaryWriter.add_custom_scalars``
     (``{category: {chart title: [kind, tags]}}``).
 
     The first row is what a researcher looks at first: training accuracy, the held-out accuracy of
-    every tier in ``tiers``, the benchmark average (only with ``benchmarks``: a run that evaluates
-    none would show an empty chart there) and the KL; then the paper's other panels, the update, one
+    every tier in ``held_out`` (default: ``tiers``; none for a run without held-out problems), the
+    benchmark average (only with ``benchmarks``: a run that evaluates none would show an empty chart
+    there) and the KL; then the paper's other panels, the update, one
     category per training tier (with several tiers: its training accuracy, length and mixed groups),
     one chart per own tag of each technique class named in ``techniques`` (:data:`TECHNIQUE_SCALARS`),
     and the cost. Every chart draws one quantity, so each run is one line in its own colour."""
@@ -395,7 +399,7 @@ def custom_scalars_layout(
 
     first = {
         **_TRAINING_ACCURACY_PANEL,
-        **{f"held-out accuracy, {tier}": val_accuracy(tier) for tier in tiers},
+        **{f"held-out accuracy, {tier}": val_accuracy(tier) for tier in (tiers if held_out is None else held_out)},
         **(_BENCHMARK_PANEL if benchmarks else {}),
         **_KL_PANEL,
         **_PAPER_PANELS,
