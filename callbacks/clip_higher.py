@@ -14,7 +14,7 @@ class ClipHigher(Technique):
 
     Raising ``eps_high`` above ``eps_low`` lets low-probability tokens with positive advantage grow
     further in one update (more exploration). It only changes the objective when ratios actually
-    cross the upper bound: watch ``clip/upper`` (share of loss tokens with A > 0 clipped at
+    cross the upper bound: watch ``clip/upper_of_positive`` (share of A > 0 tokens clipped at
     1 + eps_high); the paper saw about 0.003 on base models, where Clip-Higher did not help.
     With ``eps_high == eps_low`` this is exactly the symmetric PPO clip.
 
@@ -24,7 +24,7 @@ class ClipHigher(Technique):
             from it is refused at fit start.
         eps_high: upper clip, ratio ceiling 1 + eps_high for A > 0 (DAPO: 0.28; the paper sweeps 0.20-0.32).
         dual_clip: constant c > 1 bounding the loss of negative-advantage tokens by c * |A| however
-            large the ratio grows (Ye et al. 2020), or ``None`` (off, the default). Logged as ``clip/dual``.
+            large the ratio grows (Ye et al. 2020), or ``None`` (off, the default). Logged as ``clip/dual_of_negative``.
 
     Example (DAPO)::
 

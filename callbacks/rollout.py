@@ -70,14 +70,12 @@ class Rollout(Callback):
             (counted in ``rollout/overlong_prompts_dropped``, warned once); ``refuse`` stops the run
             with an error naming the problem and its length.
 
-    Example::
+    Example (``lite-ppo fit`` config: the CLI builds this callback from its top-level ``rollout:``
+    section; a plain Lightning ``Trainer`` takes it in its ``callbacks``)::
 
-        trainer:
-          callbacks:
-            - class_path: lite_ppo.callbacks.Rollout
-              init_args:
-                engine: {class_path: lite_ppo.rollout.HFEngine}
-                sampling: {n: 8, temperature: 0.99, top_p: 0.99, top_k: 100, max_new_tokens: 8192}
+        rollout:
+          engine: {class_path: lite_ppo.rollout.HFEngine}
+          sampling: {n: 8, temperature: 0.99, top_p: 0.99, top_k: 100, max_new_tokens: 8192}
     """
 
     def __init__(

@@ -18,8 +18,7 @@ device from its config alone (:meth:`LoraSettings.check_targets`).
 Example::
 
     model:
-      init_args:
-        lora: {r: 16, alpha: 32, dropout: 0.0, target_modules: [q_proj, k_proj, v_proj, o_proj]}
+      lora: {r: 16, alpha: 32, dropout: 0.0, target_modules: [q_proj, k_proj, v_proj, o_proj]}
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ factor; its fragments are merged into one config that follows the recipe and the
   callback's ``init_args``, any other entry is appended. LightningCLI would replace the whole list
   with a fragment's, dropping the recipe's other techniques, so a fragment names only its technique.
 
-A level cannot remove a callback of the recipe: start from a recipe without the technique and add it
-in the level that has it.
+A level takes a callback of the recipe out with a ``remove`` entry
+(``- remove: lite_ppo.callbacks.AdvantageNormalization``; :func:`lite_ppo.config_merge.merge_callbacks`).
 
 Example (Lite PPO's two parts as a 2 x 2, ``configs/factors/``)::
 

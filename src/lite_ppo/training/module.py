@@ -114,11 +114,9 @@ class LitePPO(LightningModule):
             in the optimizer; ``KLPenalty`` then scores its reference with the adapters off (no
             second copy). ``None`` (default): full fine-tuning. Checked before any weights load.
 
-    Example::
+    Example (``lite-ppo fit`` config)::
 
-        model:
-          class_path: lite_ppo.LitePPO
-          init_args: {model_path: builtin:tiny, lr: 1.0e-6, num_mini_batches: 4}
+        model: {model_path: builtin:tiny, lr: 1.0e-6, num_mini_batches: 4}
     """
 
     def __init__(
