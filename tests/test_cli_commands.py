@@ -324,3 +324,34 @@ def test_fit_help_describes_every_option_under_whole_sentence_headers() -> None:
         described = {p.arg_name for p in doc.params if p.description}
         arguments = [n for n in inspect.signature(cls.__init__).parameters if n not in ("self", "args", "kwargs")]
         assert [n for n in arguments if n not in described] == [], cls.__name__
+
+
+# ------------------------------------------------------------------ evaluate / export-hf: bad files, one line
+def _bad_files(tmp_path: Path) -> dict[str, Path]:
+    (tmp_path / "bad.yaml").write_text("rollout:\n  sampling: [\n    - {n: 2\n", encoding="utf-8")
+    (tmp_path / "latin1.yaml").write_bytes("rollout:\n  prompt: caf\xe9\n".encode("latin-1"))
+    (tmp_path / "not_a_checkpoint").mkdir()
+    return {name: tmp_path / name for name in ("bad.yaml", "latin1.yaml", "not_a_checkpoint", "missing.yaml")}
+
+
+@pytest.mark.parametrize(
+    ("argv", "named", "allowed"),
+    [
+        (["evaluate", "--model", "builtin:tiny", "--config", "{bad_yaml}"], "bad.yaml", "cannot read it as YAML"),
+        (["evaluate", "--model", "builtin:tiny", "--config", "{latin1_yaml}"], "latin1.yaml", "not UTF-8"),
+        (["evaluate", "--model", "builtin:tiny", "--benchmarks", "{missing_yaml}"], "missing.yaml", "does not exist"),
+        (["evaluate", "--model", "builtin:tiny", "--n", "0"], "--n must be", ">= 1"),
+        (["evaluate", "--model", "builtin:tiny", "--top-p", "2", "--temperature", "1"], "--top-p must", "(0, 1]"),
+        (["export-hf", "{not_a_checkpoint}", "{out}"], "not_a_checkpoint", "neither a DeepSpeed checkpoint"),
+    ],
+)
+def test_a_bad_file_or_value_for_evaluate_or_export_is_one_line(capsys, tmp_path, argv, named, allowed) -> None:
+    files = {**_bad_files(tmp_path), "out": tmp_path / "out"}
+    argv = [a.format(**{k.replace(".", "_"): v for k, v in files.items()}) if "{" in a else a for a in argv]
+    argv = [*argv, "--out", str(tmp_path / "eval")] if argv[0] == "evaluate" else argv
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(lines) == 1, lines
+    (line,) = lines
+    assert line.startswith(f"lite-ppo {argv[0]}: error:") and named in line and allowed in line, line

@@ -406,12 +406,33 @@ def test_cell_config_appends_a_new_technique_and_keeps_other_settings(tmp_path):
         ("norm=a", "two or more levels"),
         ("norm=a,a", "two or more levels"),
         ("norm=a b,c", "level name"),
+        # the colon forgotten: two levels named after files would both run the recipe unchanged
+        ("norm=configs/factors/norm_group_std.yaml,configs/factors/norm_batch_std.yaml", "level name"),
+        ("norm=norm_group_std.yaml,norm_batch_std.yaml", "names a file, not a level"),
+        ("norm=a:BAD_YAML,b", "cannot read it as YAML"),
     ],
 )
 def test_bad_factor_is_a_user_error(tmp_path, capsys, factor, message):
-    code = sweep_main(["--recipe", RECIPES[0], "--factor", factor, "--out", str(tmp_path), "--emit-slurm", "x"])
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("trainer:\n  callbacks: [\n    - {class_path: x\n")
+    factor = factor.replace("BAD_YAML", str(bad_yaml))
+    code = sweep_main(
+        ["--recipe", RECIPES[0], "--factor", factor, "--out", str(tmp_path), "--emit-slurm", str(tmp_path / "x")]
+    )
     assert code == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_missing_recipe_is_one_line_with_one_prefix(tmp_path, capsys):
+    assert (
+        sweep_main(
+            ["--recipe", str(tmp_path / "missing.yaml"), "--out", str(tmp_path), "--emit-slurm", str(tmp_path / "x")]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert err.count("lite-ppo sweep:") == 1 and "missing.yaml" in err and "does not exist" in err
 
 
 def test_bad_compare_args_fail_before_any_run(tmp_path, capsys):
@@ -589,7 +610,7 @@ def test_no_start_after_reads_a_time_of_day_a_delay_or_a_date(text, expected):
     assert f"{no_start_after(text, now=datetime(2026, 12, 6, 23, 20)):%Y-%m-%d %H:%M}" == expected
 
 
-@pytest.mark.parametrize("text", ["24:00", "7pm", "+5d", "tomorrow", ""])
+@pytest.mark.parametrize("text", ["24:00", "7pm", "+5d", "tomorrow", "", "+99999999999h"])
 def test_a_bad_no_start_after_is_a_user_error(text):
     from lite_ppo.errors import UserError
     from lite_ppo.research.start_deadline import no_start_after

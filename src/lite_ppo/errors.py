@@ -33,6 +33,11 @@ class UserError(ValueError):
     """A mistake in the user's input; the message is the whole story (one line, no traceback)."""
 
 
+class MissingFileError(UserError, FileNotFoundError):
+    """A file or folder the user named is not there, or not what it must be: one line like any
+    :class:`UserError`, and still a ``FileNotFoundError`` to code that catches that."""
+
+
 # jsonargparse's list of the forms a class-typed value may take, appended to a constructor's own error.
 _ACCEPTED_FORMS = re.compile(r"\s*(Not a valid subclass of |a class path \(str\)|a dict with|a dict without)")
 

@@ -27,6 +27,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from lite_ppo.errors import MissingFileError
+
 __all__ = ["CheckpointContents", "is_deepspeed_checkpoint", "read_checkpoint"]
 
 POLICY_PREFIX = "policy."  # LitePPO's attribute holding the HF model: its weights' key prefix
@@ -81,7 +83,7 @@ def read_checkpoint(checkpoint: str | os.PathLike, lazy: bool = False) -> Checkp
         tag = (path / "latest").read_text().strip()
         files = sorted((path / tag).glob("*mp_rank_00_model_states.pt"))
         if not files:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"{path / tag} has no *_model_states.pt: not a DeepSpeed checkpoint written by Lightning"
             )
         state = torch.load(files[0], map_location="cpu", weights_only=False)
@@ -91,7 +93,7 @@ def read_checkpoint(checkpoint: str | os.PathLike, lazy: bool = False) -> Checkp
         weights = _policy_names(get_fp32_state_dict_from_zero_checkpoint(str(path), lazy_mode=lazy))
         return CheckpointContents(client, weights if lazy else {k: v.float() for k, v in weights.items()})
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{path} is neither a DeepSpeed checkpoint folder (with a `latest` file) nor a checkpoint file"
         )
     state = torch.load(path, map_location="cpu", weights_only=False)

@@ -39,7 +39,7 @@ from lite_ppo.data.jsonl import load_problems
 from lite_ppo.data.pools import FAMILY_PREFIXES, SyntheticPool
 from lite_ppo.data.problem import Problem
 from lite_ppo.data.synthetic import TIERS
-from lite_ppo.errors import UserError
+from lite_ppo.errors import MissingFileError, UserError
 
 ENV_DATA_DIR = "LITE_PPO_EVAL_DIR"
 RESERVED_NAMES = ("average", "weighted_average")
@@ -255,11 +255,13 @@ def _load_yaml(path: Path) -> tuple[list[BenchmarkSpec], str | None]:
     import yaml
 
     if not path.is_file():
-        raise FileNotFoundError(f"benchmark config {str(path)!r} does not exist")
+        raise MissingFileError(f"benchmark config {str(path)!r} does not exist")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as error:
         raise UserError(f"{path}: invalid YAML ({error})") from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not UTF-8 text (byte {error.start}); save it as UTF-8") from None
     if isinstance(data, list):
         return parse_benchmark_list(data, f"{path}"), None
     if not isinstance(data, Mapping) or "benchmarks" not in data:
@@ -281,7 +283,7 @@ def resolve_data_dir(explicit: str | os.PathLike[str] | None, configured: str | 
         if value:
             path = Path(os.path.expanduser(str(value)))
             if not path.is_dir():
-                raise FileNotFoundError(f"benchmark data folder {str(path)!r} does not exist")
+                raise MissingFileError(f"benchmark data folder {str(path)!r} does not exist")
             return path
     return None
 
@@ -322,7 +324,7 @@ def benchmark_paths(
         if not path.is_absolute() and data_dir is not None:
             path = Path(data_dir) / path
         if not path.is_file():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"benchmark {spec.name!r}: file {str(path)!r} does not exist (check data_dir / --data-dir)"
             )
         paths.append([path])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,7 @@ def read_rollout_section(paths: list[str], overrides: list[str] = ()):
     import argparse
     import json
 
+    import yaml
     from jsonargparse import get_loader
 
     from lite_ppo.errors import UserError, parser_message
@@ -170,7 +172,12 @@ def read_rollout_section(paths: list[str], overrides: list[str] = ()):
             text = Path(path).read_text(encoding="utf-8")
         except OSError as err:
             raise UserError(f"--config {path}: {err.strerror or err}") from err
-        data = load(text) or {}
+        except UnicodeDecodeError as err:
+            raise UserError(f"--config {path}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+        try:
+            data = load(text) or {}
+        except yaml.YAMLError as err:
+            raise UserError(f"--config {path}: cannot read it as YAML ({err})") from None
         if not isinstance(data, dict):
             raise UserError(f"--config {path}: expected a YAML mapping (a training config), got {type(data).__name__}")
         section = data.get("rollout") or {}
@@ -266,8 +273,14 @@ def sampling_from_args(args: argparse.Namespace, eval_sampling=None, sampling=No
         values["temperature"] = 0.0
     try:
         return SamplingConfig(**values)
-    except ValueError as err:
-        raise UserError(str(err)) from err
+    except ValueError as err:  # "SamplingConfig.n must be >= 1": name the flag, or the config's key
+        field = re.match(r"SamplingConfig\.(\w+)", str(err))
+        if field is None:
+            raise UserError(str(err)) from err
+        key = field.group(1)
+        given = getattr(args, key, None) is not None
+        where = f"--{key.replace('_', '-')}" if given else f"rollout.eval_sampling.{key} (--config)"
+        raise UserError(str(err).replace(field.group(0), where, 1)) from err
 
 
 def builtin_max_new_tokens(model: str | None) -> int:

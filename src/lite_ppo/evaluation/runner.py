@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lite_ppo.data.problem import Problem
+from lite_ppo.errors import MissingFileError
 from lite_ppo.evaluation.benchmarks import BenchmarkSpec
 from lite_ppo.evaluation.results import GroupMetrics, response_records
 from lite_ppo.rollout.engine import SamplingConfig
@@ -59,7 +60,7 @@ def load_policy_module(model: str, base_model: str | None = None, dtype: str = "
         module.policy_version = int(client.get("policy_version", 0))
         return module
     if path.suffix == ".ckpt" and not path.exists():
-        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+        raise MissingFileError(f"checkpoint {str(path)!r} does not exist")
     module = LitePPO(model_path=model, torch_dtype=dtype)
     module.configure_model()
     return module

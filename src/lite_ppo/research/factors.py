@@ -72,6 +72,10 @@ def parse_factor(text: str) -> Factor:
         level, fragment = level.strip(), fragment.strip() or None
         if not _NAME.match(level):
             raise UserError(f"--factor {text!r}: level name {level!r} (letters, digits, . _ -); {usage}")
+        if fragment is None and level.lower().endswith((".yaml", ".yml")):  # a fragment without its level name
+            raise UserError(
+                f"--factor {text!r}: level {level!r} names a file, not a level (write LEVEL:{level}); {usage}"
+            )
         if fragment is not None and not Path(fragment).is_file():
             raise UserError(f"--factor {text!r}: config fragment {fragment!r} does not exist")
         levels.append(Level(level, fragment))

@@ -142,7 +142,7 @@ def expand_grid(
         raise UserError("lite-ppo sweep: give at least one --seed")
     for path in [*recipes, *(configs or [])] + [c for axis in (grid_configs or []) for c in axis.split(",") if c]:
         if not Path(path).is_file():
-            raise UserError(f"lite-ppo sweep: config file {path!r} does not exist")
+            raise UserError(f"config file {path!r} does not exist")
     parsed = [parse_factor(text) for text in factors or []]
     if len({f.name for f in parsed}) != len(parsed):
         raise UserError("lite-ppo sweep: two --factor options share a name")

@@ -41,7 +41,10 @@ def no_start_after(text: str, now: datetime | None = None) -> datetime:
         return moment if moment > now else moment + timedelta(days=1)
     if delay := _DELAY.fullmatch(text):
         amount = float(delay[1])
-        return now + (timedelta(hours=amount) if delay[2] == "h" else timedelta(minutes=amount))
+        try:
+            return now + (timedelta(hours=amount) if delay[2] == "h" else timedelta(minutes=amount))
+        except OverflowError:  # past the calendar's year 9999
+            raise UserError(f"--no-start-after {text!r}: too far ahead; give {ALLOWED}") from None
     try:
         return datetime.fromisoformat(text)
     except ValueError:

@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from lite_ppo.errors import OneLineParser, UserError
+from lite_ppo.errors import OneLineParser, UserError, one_line
 from lite_ppo.research.fork_server import ForkedRun, ForkServer, ForkServerGone
 from lite_ppo.research.grid import FIT_ENTRY, FIT_PRELOAD, GridPoint, expand_grid
 from lite_ppo.research.run_folder import RunDir
@@ -372,7 +372,7 @@ def main(argv: list[str]) -> int:
         compare_args = shlex.split(args.compare_args)
         deadline = no_start_after(args.no_start_after) if args.no_start_after else None
     except (UserError, ValueError) as err:
-        print(f"lite-ppo sweep: error: {err}", file=sys.stderr)
+        print(f"lite-ppo sweep: error: {one_line(str(err))}", file=sys.stderr)
         return 2
     if compare_args:  # checked now, not after the runs
         from lite_ppo.research.compare import build_parser
