@@ -617,3 +617,27 @@ def test_a_bad_no_start_after_is_a_user_error(text):
 
     with pytest.raises(UserError, match="HH:MM"):
         no_start_after(text)
+
+
+def test_dry_run_says_what_each_point_would_do_and_runs_nothing(tmp_path, capsys):
+    """--dry-run: per point in the grid's order, finished (skipped), to resume (from its checkpoint) or to
+    run (its folder and fit command); nothing is started or written."""
+    out = tmp_path / "out"
+    args = ["--recipe", RECIPES[0], "--seed", "0", "1", "2", "--config", TINY, "--out", str(out)]
+    finished, interrupted, fresh = expand_grid(RECIPES[:1], [0, 1, 2], [TINY])
+    for point, record in ((finished, {"status": "finished"}), (interrupted, {"status": "interrupted"})):
+        folder = point.save_dir(out) / f"seed{point.seed}"
+        (folder / "checkpoints").mkdir(parents=True)
+        (folder / "checkpoints/last.ckpt").write_bytes(b"x")
+        (folder / "run.json").write_text(json.dumps({"sweep_key": point.sweep_key, **record}))
+    before = sorted(out.rglob("*"))
+    assert sweep_main([*args, "--dry-run", "--no-start-after", "+90m"]) == 0
+    printed = capsys.readouterr().out
+    lines = printed.splitlines()
+    assert f"{finished.label}: finished, skipped" in lines[0]
+    assert f"{interrupted.label}: resume from {interrupted.save_dir(out) / 'seed1/checkpoints/last.ckpt'}" in lines[1]
+    assert "--ckpt_path" in lines[2] and "fit" in lines[2]
+    assert f"{fresh.label}: to run, under {fresh.save_dir(out)}" in lines[3] and "--seed_everything" in lines[4]
+    assert "3 runs in the grid: 1 finished, 1 to resume, 1 to run; none would start after" in lines[-1]
+    assert sorted(out.rglob("*")) == before  # no run folder, no sweep_logs
+    assert sweep_main([*args, "--dry-run", "--emit-slurm", str(tmp_path / "slurm")]) == 2

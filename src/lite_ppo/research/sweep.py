@@ -143,6 +143,28 @@ def resumable_run(point: GridPoint, out: Path) -> tuple[Path, Path] | None:
     return None
 
 
+def dry_run(points: list[GridPoint], out: Path, python: str | None = None, deadline=None, echo=print) -> None:
+    """What the sweep would do, point by point, in its order: skip a finished run, resume an
+    interrupted one from its checkpoint, or start one (with the ``fit`` command it would run)."""
+    counts = {"finished": 0, "resume": 0, "run": 0}
+    for i, point in enumerate(points, 1):
+        done = finished_run(point, out)
+        resume = None if done is not None else resumable_run(point, out)
+        if done is not None:
+            counts["finished"] += 1
+            echo(f"[{i}/{len(points)}] {point.label}: finished, skipped ({done})")
+            continue
+        counts["resume" if resume else "run"] += 1
+        what = f"resume from {resume[1]}" if resume else f"to run, under {point.save_dir(out)}"
+        command = point.command(out, python=python, ckpt_path=resume[1] if resume else None)
+        echo(f"[{i}/{len(points)}] {point.label}: {what}\n    {shlex.join(str(a) for a in command)}")
+    when = f"; none would start after {deadline:%Y-%m-%d %H:%M:%S}" if deadline is not None else ""
+    echo(
+        f"sweep --dry-run: {len(points)} runs in the grid: {counts['finished']} finished, {counts['resume']} to "
+        f"resume, {counts['run']} to run{when}; nothing was run"
+    )
+
+
 def _child_env(threads: int | None) -> dict[str, str] | None:
     """The environment of each run: this one, with the math libraries' thread count when given."""
     if threads is None:
@@ -326,6 +348,11 @@ def main(argv: list[str]) -> int:
         help="write SLURM launch scripts to DIR instead of running",
     )
     parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the grid (each run: finished, to resume or to run, with its fit command) and run nothing",
+    )
+    parser.add_argument(
         "--sbatch-option",
         action="append",
         default=[],
@@ -382,6 +409,12 @@ def main(argv: list[str]) -> int:
         except SystemExit:
             print(f"lite-ppo sweep: error: --compare-args {args.compare_args!r}: see above", file=sys.stderr)
             return 2
+    if args.dry_run:
+        if args.emit_slurm is not None:
+            print("lite-ppo sweep: error: --dry-run and --emit-slurm: give one", file=sys.stderr)
+            return 2
+        dry_run(points, args.out, args.python, deadline)
+        return 0
     if args.emit_slurm is not None:
         if deadline is not None:
             print(
