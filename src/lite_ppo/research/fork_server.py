@@ -202,9 +202,8 @@ def serve(preload: list[str], requests: int = 0, answers: int = 1) -> dict | Non
 
 def become_run(request: dict) -> None:
     """In the forked child: the process a sweep would have started, minus the imports."""
-    if request.get("title"):  # first: once the run has its own process group, it shows its own command line
+    if request.get("title"):
         setproctitle.setproctitle(request["title"])
-    os.setpgid(0, 0)
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | (os.O_APPEND if request["append"] else os.O_TRUNC))
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -212,6 +211,9 @@ def become_run(request: dict) -> None:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
+    # Last: a run in its own process group is set up (its title, log and stdin), which is what an
+    # observer waiting for the group can rely on.
+    os.setpgid(0, 0)
     sys.argv = [sys.argv[0], *request["args"]]
 
 
