@@ -89,3 +89,31 @@ def test_a_step_that_falls_back_from_the_engine_updates_as_recompute_would(tiny_
         fallback = _step(tiny_model_path, far, num_mini_batches=2, old_logprobs="engine", optimizer="sgd")
     recompute = _step(tiny_model_path, far, num_mini_batches=2, old_logprobs="recompute", optimizer="sgd")
     assert_same_update(*fallback, *recompute)
+
+
+class SlowNoGradPasses(Technique):
+    """Every forward of the policy without gradient takes ``seconds`` longer (a slow old-log-prob pass)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_fit_start(self, trainer, pl_module):
+        import time
+
+        def slow(module, args, kwargs, output):
+            if not torch.is_grad_enabled():
+                time.sleep(self.seconds)
+
+        pl_module.policy.get_decoder().register_forward_hook(slow, with_kwargs=True)
+
+
+def test_the_engine_fallbacks_pass_counts_as_old_logprobs_not_update(tiny_model_path):
+    """Falling back from drifting engine log-probs scores the later rows inside the update: that pass's
+    time is reported in time/old_logprobs_s (it was in time/update_s, and old_logprobs_s read ~0)."""
+    true = _initial_logprobs(tiny_model_path, _batch())
+    far = _batch(engine_shift=0.1, true_logprobs=true)
+    delay = 1.0  # per no-gradient forward: the fallback's pass is the step's only one
+    with pytest.warns(UserWarning, match="differ from the trainer's"):
+        _, seen = _step(tiny_model_path, far, [SlowNoGradPasses(delay)], num_mini_batches=2, old_logprobs="engine")
+    assert seen.scalars["time/old_logprobs_s"] >= delay
+    assert seen.scalars["time/update_s"] < seen.scalars["time/old_logprobs_s"]  # the tiny update itself: < 1 s

@@ -299,7 +299,8 @@ class LitePPO(LightningModule):
         start = time.perf_counter()
         ppo_update(self, rollout, techniques, ctx, old)
         rollout = replace(rollout, old_logprobs=old.values)  # complete now that the first optimizer step ran
-        update_s = time.perf_counter() - start
+        update_s = time.perf_counter() - start - old.seconds_in_update
+        old_logprob_s += old.seconds_in_update
         for technique in techniques:
             technique.observe_old_logprobs(ctx, rollout)
         # 6. Statistics: reduced once over micro-batches and ranks, shown to the techniques, logged.

@@ -18,6 +18,7 @@ and :attr:`values` is the whole [B, R] tensor once the first optimizer step is d
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -61,6 +62,9 @@ class OldLogprobs:
 
     def __post_init__(self) -> None:
         self._values: torch.Tensor | None = None  # [B, R] once known
+        # Seconds of old-log-prob passes run inside the update (the engine fallback's): the module
+        # counts them as old log-probs, not as update.
+        self.seconds_in_update = 0.0
         self._from_first_step = self.source == "reuse_first"  # whether the first step's forwards fill rows
 
     def before_update(self, with_entropy: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -120,7 +124,9 @@ class OldLogprobs:
         )
         self._from_first_step = True
         if self.later_rows is not None:
+            start = time.perf_counter()
             self._values[self.later_rows] = self.score(self.rollout.select(self.later_rows), False)[0]
+            self.seconds_in_update += time.perf_counter() - start
 
 
 def choose_source(
