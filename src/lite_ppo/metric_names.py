@@ -176,7 +176,8 @@ SCALARS: dict[str, tuple[str, str]] = {
     SKIPPED_STEPS: (
         "DivergenceGuard",
         "optimizer steps skipped so far in the run because the loss "
-        "or the gradient norm was not finite (0 in a healthy run)",
+        "or the gradient norm was not finite (0 in a healthy run; under DeepSpeed: such steps seen, the engine "
+        "applies or skips them)",
     ),
     ADVANTAGE_NONZERO: ("LitePPO", "share of trained responses with a non-zero advantage"),
     ADVANTAGE_MEAN: ("Diagnostics", "mean advantage of the trained responses"),
