@@ -259,4 +259,4 @@ def test_dropped_rate_is_the_share_over_every_rank(tiny_model_path):
 
     reduced = {name: float(v) for name, v in ranks_metrics[0].compute(TwoRanks()).items()}
     step = {**reduced, **logged.get(0, {})}  # whatever rank 0 logs is what TensorBoard shows
-    assert step["groups/dropped_rate"] == pytest.approx(1 / 4)  # 2 of the 8 responses, one group of four
+    assert step["groups/dropped_rate"] == pytest.approx(1 / 4)  # 2 of the 8 responses: rank 0's all-right group
