@@ -1,4 +1,4 @@
-"""The technique advisor on the takeaway studies' runs (docs/takeaways.md, "The advisor against the studies").
+"""The technique advisor on the takeaway studies' runs (docs/takeaways.md, "The advisor against the round-2 studies").
 
 Reads each run of the given study folders (``NAME=FOLDER``), prints which of the advisor's rules fire on it,
 as a table per study and cell, and with ``--record FILE`` writes what the rules read: per run its study, cell,
