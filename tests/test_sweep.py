@@ -641,3 +641,34 @@ def test_dry_run_says_what_each_point_would_do_and_runs_nothing(tmp_path, capsys
     assert "3 runs in the grid: 1 finished, 1 to resume, 1 to run; none would start after" in lines[-1]
     assert sorted(out.rglob("*")) == before  # no run folder, no sweep_logs
     assert sweep_main([*args, "--dry-run", "--emit-slurm", str(tmp_path / "slurm")]) == 2
+
+
+class _FailingPoint(_StubPoint):
+    """A point whose run fails at once with a line naming its attempt (no finished run.json): as a
+    process, a script; forked, ``lite-ppo fit`` with a config that does not exist."""
+
+    def command(self, out, python=None, ckpt_path=None):
+        import sys
+
+        script = "import sys; print('attempt-' + sys.argv[1], 'boom', flush=True); sys.exit(1)"
+        return [sys.executable, "-c", script, self._record.read_text().strip()]
+
+    def fit_args(self, out, ckpt_path=None):
+        return ["fit", "--config", f"/nonexistent/attempt-{self._record.read_text().strip()}.yaml"]
+
+
+@pytest.mark.parametrize("launch", ["process", "fork"])
+def test_a_point_that_starts_over_keeps_the_earlier_attempts_log(tmp_path, launch):
+    """A failed point runs again from scratch when the sweep is run again; its log keeps the first
+    attempt's output (its traceback) above the second's, each under a header line (it was truncated)."""
+    from lite_ppo.research.sweep import run_sweep
+
+    attempt = tmp_path / "attempt"
+    point = _FailingPoint(expand_grid(RECIPES[:1], [0], [TINY])[0], attempt, 0)
+    for n in ("one", "two"):
+        attempt.write_text(n)
+        _, ran, failed, _ = run_sweep([point], tmp_path / "out", echo=lambda line: None, launch=launch)
+        assert len(ran) == len(failed) == 1
+    log = (tmp_path / "out/sweep_logs" / f"{point.label}.log").read_text()
+    assert 0 < log.index("attempt-one") < log.index("attempt-two")
+    assert log.count("=== lite-ppo sweep, ") == 2 and log.startswith("=== lite-ppo sweep, ")

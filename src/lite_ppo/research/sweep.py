@@ -231,14 +231,18 @@ def run_sweep(
                 log_path = logs / f"{point.label}.log"
                 how = f"resuming from {checkpoint}" if checkpoint else "running"
                 echo(f"[{i}/{len(points)}] {point.label}: {how} (log: {log_path})")
+                # Appended, one header per attempt: an earlier attempt's output (a failure's traceback)
+                # stays in the log when the point starts over.
+                with log_path.open("a") as log:
+                    log.write(f"=== lite-ppo sweep, {time.strftime('%Y-%m-%d %H:%M:%S')}: {point.label} {how}\n")
                 # Each run in its own process group: a Ctrl-C at the terminal reaches it once, through
                 # the sweep, like a kill of the sweep does.
                 if launch == "fork":
                     if server is None:
                         server = ForkServer(FIT_ENTRY, FIT_PRELOAD, python, env, title="lite-ppo")
-                    child = server.start(point.fit_args(out, checkpoint), log_path, append=checkpoint is not None)
+                    child = server.start(point.fit_args(out, checkpoint), log_path, append=True)
                 else:
-                    with log_path.open("a" if checkpoint else "w") as log:  # the child keeps its own descriptor
+                    with log_path.open("a") as log:  # the child keeps its own descriptor
                         child = subprocess.Popen(
                             point.command(out, python, checkpoint),
                             process_group=0,
