@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
+
 RATE_PREFIXES = ("accuracy", "mean@", "pass@", "maj@", "truncation_rate", "unparsed_rate", "status/")
 AVERAGE_ROWS = (("average", "average"), ("weighted_average", "weighted average"))
 
@@ -120,19 +122,19 @@ def comparison_table(
     )
 
 
+# Each output file is replaced whole (atomic_write_bytes): a kill or a full disk while evaluating again
+# into the same folder leaves the previous file, never a cut one.
 def write_json(path: str | os.PathLike[str], payload: Mapping[str, Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2, sort_keys=False, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_bytes(path, (json.dumps(payload, indent=2, sort_keys=False, ensure_ascii=False) + "\n").encode())
     return path
 
 
 def write_jsonl(path: str | os.PathLike[str], records: Sequence[Mapping[str, Any]]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    atomic_write_bytes(path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records).encode())
     return path
 
 
@@ -163,7 +165,7 @@ def write_report(
             "benchmarks, `weighted average` weights them by problem count.",
             "",
         ]
-    (out / "metrics.md").write_text("\n".join(header) + markdown_table(results, titles) + "\n", encoding="utf-8")
+    atomic_write_bytes(out / "metrics.md", ("\n".join(header) + markdown_table(results, titles) + "\n").encode())
     paths["metrics.md"] = out / "metrics.md"
     if records is not None:
         paths["responses.jsonl"] = write_jsonl(out / "responses.jsonl", records)

@@ -163,12 +163,18 @@ def _fsync_folder(folder: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` or what it held before, never part of it, also after a kill or a full
+    disk (a temporary file beside it, synced, then renamed over it; removed when the write fails)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _os_error_in(err: BaseException | None) -> OSError | None:

@@ -20,6 +20,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from lite_ppo.errors import storage_message
+from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
 from lite_ppo.research.run_folder import RUN_FILE, RunDir
 
 __all__ = ["RUN_FILE", "STATUS_INTERRUPTED", "RunRecord", "process_gone", "read_run_record"]
@@ -173,9 +174,8 @@ class RunRecord(Callback):
     def _write(self) -> None:
         assert self.path is not None
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.record, indent=2, default=str) + "\n")
-        os.replace(tmp, self.path)  # readers (a running sweep, compare) never see half a file
+        # Readers (a running sweep, compare) never see half a file, even after a power loss (synced).
+        atomic_write_bytes(self.path, (json.dumps(self.record, indent=2, default=str) + "\n").encode())
         self._last_write = time.monotonic()
 
 

@@ -1,0 +1,44 @@
+"""Files users rely on are replaced whole: a write that fails part-way (a kill, a full disk) leaves the
+file as it was, and no temporary file beside it."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+
+from lite_ppo.evaluation.report import write_jsonl
+from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
+
+
+def test_a_failed_atomic_write_keeps_the_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    path = tmp_path / "run.json"
+    atomic_write_bytes(path, b'{"status": "finished"}\n')
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write_bytes(path, b'{"status": "running"}\n')
+    assert path.read_bytes() == b'{"status": "finished"}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+def test_responses_written_again_keep_the_earlier_file_when_the_writing_stops(tmp_path):
+    """evaluate into the same --out: the records stop coming part-way (here an error; a kill alike), and
+    responses.jsonl still holds the complete earlier evaluation, not its first lines truncated."""
+    path = tmp_path / "responses.jsonl"
+    earlier = [{"id": str(i), "correct": True} for i in range(3)]
+    write_jsonl(path, earlier)
+
+    def interrupted():
+        yield {"id": "0", "correct": False}
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_jsonl(path, interrupted())
+    assert [json.loads(line) for line in path.read_text().splitlines()] == earlier
+    assert [p.name for p in tmp_path.iterdir()] == ["responses.jsonl"]
