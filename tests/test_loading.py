@@ -193,3 +193,34 @@ def test_the_module_keeps_the_zero3_token_not_the_policy(tiny_model_path, monkey
     del module
     gc.collect()
     assert refs[0]() is None  # released with it
+
+
+def test_an_export_stopped_part_way_leaves_the_earlier_export_whole(tiny_model_path, tmp_path, monkeypatch):
+    """export-hf into an earlier export's folder writes beside it and replaces it once complete: a
+    failure while writing (a kill, a full disk) leaves the earlier export as it was and no partial
+    folder; a folder holding anything else is refused in one line."""
+    import transformers
+
+    from lite_ppo.checkpoints.export import export_hf
+    from lite_ppo.errors import UserError
+
+    _, ckpt = _checkpoint_with_one_tied_name(tiny_model_path, tmp_path)
+    out = export_hf(ckpt, tmp_path / "hf")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def full_disk(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(transformers.PreTrainedTokenizerBase, "save_pretrained", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        export_hf(ckpt, out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "step.ckpt"]  # no staging folder left
+    monkeypatch.undo()
+    assert export_hf(ckpt, out) == out and (out / "lite_ppo_export.json").is_file()  # replaced whole
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("mine")
+    with pytest.raises(UserError, match="not an earlier export"):
+        export_hf(ckpt, other)
+    assert (other / "todo.txt").read_text() == "mine"

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 from lite_ppo.errors import OneLineParser
 
 # The keys of lite_ppo.models.loading.DTYPES, spelled here so that `export-hf --help` imports no torch.
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
+EXPORT_RECORD = "lite_ppo_export.json"  # what the folder was exported from; marks it as an export
 
 
 def export_hf(
@@ -41,7 +43,8 @@ def export_hf(
 
     Args:
         checkpoint: a Lightning checkpoint (DeepSpeed folder or single file).
-        out_dir: the folder to write (created).
+        out_dir: the folder to write: new, empty or an earlier export (replaced whole, once the new
+            one is complete; a kill or a full disk before then leaves it as it was).
         model: the base model (local HF folder or ``builtin:*``) for config and tokenizer; default:
             the ``model_path`` stored in the checkpoint.
         dtype: ``auto`` (the base model's config dtype, else float32), ``float32``, ``bfloat16``, ``float16``.
@@ -52,14 +55,13 @@ def export_hf(
         ``out_dir`` as a Path.
     """
     import torch
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    from transformers import AutoConfig
 
     from lite_ppo.checkpoints.reader import read_checkpoint
     from lite_ppo.errors import UserError
     from lite_ppo.models import resolve_model
-    from lite_ppo.models.adapter_checkpoint import BASE_KEY
-    from lite_ppo.models.loading import DTYPES, load_causal_lm
-    from lite_ppo.models.lora import LoraSettings, lora_policy
+    from lite_ppo.models.loading import DTYPES
+    from lite_ppo.models.lora import LoraSettings
 
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
     client, weights = read_checkpoint(checkpoint, lazy=True)
@@ -78,7 +80,27 @@ def export_hf(
     else:
         torch_dtype = DTYPES[dtype]
     source = f"checkpoint {checkpoint}"
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / EXPORT_RECORD).is_file():
+        raise UserError(f"export-hf: {out_dir} holds files that are not an earlier export; give a new or empty folder")
+    final_dir, out_dir = out_dir, out_dir.parent / f".{out_dir.name}.export-{os.getpid()}"
     out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        _write_export(out_dir, model, base, lora, adapter, weights, client, checkpoint, dtype, torch_dtype, source)
+    except BaseException:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    _replace_dir(final_dir, out_dir)
+    return final_dir
+
+
+def _write_export(out_dir, model, base, lora, adapter, weights, client, checkpoint, dtype, torch_dtype, source) -> None:
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from lite_ppo.models.adapter_checkpoint import BASE_KEY
+    from lite_ppo.models.loading import load_causal_lm
+    from lite_ppo.models.lora import lora_policy
+
     if lora is None:
         load_causal_lm(model, torch_dtype, weights=weights, source=source).save_pretrained(out_dir)
     elif adapter:
@@ -109,8 +131,16 @@ def export_hf(
     }
     if lora is not None:
         info["lora"] = lora.as_config()
-    (out_dir / "lite_ppo_export.json").write_text(json.dumps(info, indent=2) + "\n")
-    return out_dir
+    (out_dir / EXPORT_RECORD).write_text(json.dumps(info, indent=2) + "\n")
+
+
+def _replace_dir(final: Path, staged: Path) -> None:
+    """``staged`` becomes ``final``; an earlier ``final`` is moved aside first and removed after."""
+    old = final.parent / f".{final.name}.replaced-{os.getpid()}"
+    if final.exists():
+        os.replace(final, old)
+    os.replace(staged, final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         "(DeepSpeed ZeRO folder or single file).",
     )
     parser.add_argument("checkpoint", help="the checkpoint Lightning wrote (a *.ckpt folder under DeepSpeed)")
-    parser.add_argument("out_dir", help="the folder to write")
+    parser.add_argument(
+        "out_dir", help="the folder to write: new, empty or an earlier export (replaced once the new one is complete)"
+    )
     parser.add_argument(
         "--model", default=None, help="base model (HF folder or builtin:NAME); default: the checkpoint's model_path"
     )
