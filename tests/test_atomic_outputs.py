@@ -42,3 +42,41 @@ def test_responses_written_again_keep_the_earlier_file_when_the_writing_stops(tm
         write_jsonl(path, interrupted())
     assert [json.loads(line) for line in path.read_text().splitlines()] == earlier
     assert [p.name for p in tmp_path.iterdir()] == ["responses.jsonl"]
+
+
+def _saver(cls, tmp_path):
+    from types import SimpleNamespace
+
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser()
+    parser.add_argument("--lr", type=float)
+    saver = cls(parser, parser.parse_args(["--lr", "0.1"]), overwrite=True)
+    trainer = SimpleNamespace(
+        log_dir=str(tmp_path), is_global_zero=True, strategy=SimpleNamespace(broadcast=lambda v: v)
+    )
+    return saver, parser, trainer
+
+
+def test_the_run_config_written_again_stays_whole_when_the_writing_stops(tmp_path, monkeypatch):
+    """A resume writes config.yaml again into the run folder: stopped part-way (here the YAML dump fails;
+    a kill or a full disk alike), the folder keeps the complete earlier config (Lightning's own
+    SaveConfigCallback has opened, and so emptied, the file by then)."""
+    import yaml
+
+    from lite_ppo.cli.save_config import AtomicSaveConfig
+
+    saver, _, trainer = _saver(AtomicSaveConfig, tmp_path)
+    saver.setup(trainer, None, "fit")
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text()) == {"lr": 0.1}
+
+    again, parser, trainer = _saver(AtomicSaveConfig, tmp_path)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parser, "dump", killed)
+    with pytest.raises(KeyboardInterrupt):
+        again.setup(trainer, None, "fit")
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text()) == {"lr": 0.1}
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]

@@ -36,6 +36,7 @@ from lite_ppo.callbacks.evaluation import Evaluation
 from lite_ppo.callbacks.rollout import Rollout
 from lite_ppo.cli.compose import compose_callbacks
 from lite_ppo.cli.machine_load import machine_load_note
+from lite_ppo.cli.save_config import AtomicSaveConfig
 from lite_ppo.data.datamodule import MathDataModule
 from lite_ppo.data.seeding import run_seed
 from lite_ppo.errors import UserError, name_the_option, parser_message
@@ -426,6 +427,7 @@ def run_lightning(argv: list[str]) -> None:
             args=argv,
             trainer_defaults=TRAINER_DEFAULTS,
             seed_everything_default=42,
+            save_config_callback=AtomicSaveConfig,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
             only_subcommand=name,
