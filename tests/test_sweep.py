@@ -672,3 +672,43 @@ def test_a_point_that_starts_over_keeps_the_earlier_attempts_log(tmp_path, launc
     log = (tmp_path / "out/sweep_logs" / f"{point.label}.log").read_text()
     assert 0 < log.index("attempt-one") < log.index("attempt-two")
     assert log.count("=== lite-ppo sweep, ") == 2 and log.startswith("=== lite-ppo sweep, ")
+
+
+def test_a_second_sweep_into_the_same_folder_is_refused_while_the_first_runs(tmp_path, capsys):
+    """The same sweep started again while one runs into its folder would start every unfinished run a
+    second time: refused in one line naming the holder; once the first ends, the command runs."""
+    import os
+
+    from lite_ppo.research.sweep_lock import SweepLock
+
+    out = tmp_path / "out"
+    args = ["--recipe", RECIPES[0], "--seed", "0", "--config", TINY, "--out", str(out), "--no-start-after", "+0m"]
+    with SweepLock(out):  # the first sweep, still running
+        assert sweep_main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "another lite-ppo sweep is running into" in err[0] and f"pid {os.getpid()}" in err[0]
+    assert sweep_main(args) == 0  # the first ended: its lock went with it
+    assert "1 not started" in capsys.readouterr().out
+
+
+def test_a_killed_sweep_leaves_no_lock_behind(tmp_path, capsys):
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"from lite_ppo.research.sweep_lock import SweepLock\nimport time\n"
+         f"with SweepLock({str(out)!r}): time.sleep(60)"]
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not ((out / ".sweep.lock").is_file() and (out / ".sweep.lock").read_text()):
+            assert time.monotonic() < deadline and holder.poll() is None
+            time.sleep(0.05)
+        args = ["--recipe", RECIPES[0], "--seed", "0", "--config", TINY, "--out", str(out), "--no-start-after", "+0m"]
+        assert sweep_main(args) == 2 and f"pid {holder.pid}" in capsys.readouterr().err
+    finally:
+        holder.kill()  # SIGKILL: no clean-up code runs
+        holder.wait()
+    assert sweep_main(args) == 0

@@ -56,6 +56,7 @@ from lite_ppo.research.grid import FIT_ENTRY, FIT_PRELOAD, GridPoint, expand_gri
 from lite_ppo.research.run_folder import RunDir
 from lite_ppo.research.slurm import emit_slurm
 from lite_ppo.research.start_deadline import no_start_after
+from lite_ppo.research.sweep_lock import SweepLock
 
 __all__ = ["find_point_runs", "main", "run_sweep"]
 
@@ -439,6 +440,16 @@ def main(argv: list[str]) -> int:
             + (f" {shlex.join(compare_args)}" if compare_args else "")
         )
         return 0
+    try:
+        with SweepLock(args.out):
+            return _run_and_compare(args, points, deadline, compare_args)
+    except UserError as err:  # another sweep holds the folder (or a mistake found on the way)
+        print(f"lite-ppo sweep: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _run_and_compare(args: argparse.Namespace, points: list[GridPoint], deadline, compare_args: list[str]) -> int:
+    """The sweep's runs, its summary line and the compare at the end; the exit status."""
     if deadline is not None:
         print(f"sweep: no run starts after {deadline:%Y-%m-%d %H:%M:%S} (--no-start-after)")
     try:
