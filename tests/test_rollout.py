@@ -143,6 +143,27 @@ def test_on_tokens_reports_each_decoding_step_and_adds_up_to_the_responses(modul
 
 
 # ---------------------------------------------------------------------------- the callback over the producer
+def _stub_module(tokenizer, log, log_dict):
+    """What the Rollout callback reads of the module, without a policy (a scripted engine generates)."""
+    from types import SimpleNamespace
+
+    from lite_ppo.step_metrics import StepMetrics
+
+    module = SimpleNamespace(
+        tokenizer=tokenizer,
+        policy=None,
+        model_path="",
+        policy_version=0,
+        device=torch.device("cpu"),
+        step_metrics=StepMetrics(),
+        report_phase=lambda phase: None,
+        log=log,
+        log_dict=log_dict,
+    )
+    module.step_context = lambda: step_ctx(None, module)
+    return module
+
+
 def test_rollout_callback_adds_every_shaping_term_then_shows_the_batch_read_only(tiny_model_path):
     """After scoring, the callback adds each technique's ``shape_rewards`` term to the verifier's
     rewards (in any callback order), then ``on_rollout`` and ``keep_groups`` see the shaped batch;
@@ -154,7 +175,6 @@ def test_rollout_callback_adds_every_shaping_term_then_shows_the_batch_read_only
     from helpers.engines import ScriptedEngine
     from lite_ppo.callbacks import Rollout
     from lite_ppo.data import Problem
-    from lite_ppo.step_metrics import StepMetrics
     from lite_ppo.technique import Technique
 
     seen: dict[str, list] = {}
@@ -178,18 +198,7 @@ def test_rollout_callback_adds_every_shaping_term_then_shows_the_batch_read_only
     problems = [Problem("p1", "What is 6 * 7?", "42", "t"), Problem("p2", "What is 3 + 4?", "7", "t")]
     script = [[("\\boxed{42}", True), ("\\boxed{41}", True)], [("\\boxed{7}", True), ("no idea", True)]]
     logged = []
-    module = SimpleNamespace(
-        tokenizer=tokenizer,
-        policy=None,
-        model_path="",
-        policy_version=0,
-        device=torch.device("cpu"),
-        step_metrics=StepMetrics(),
-        report_phase=lambda phase: None,
-        log=lambda *a, **k: logged.append(a[0]),
-        log_dict=lambda d, **k: logged.extend(d),
-    )
-    module.step_context = lambda: step_ctx(None, module)
+    module = _stub_module(tokenizer, log=lambda *a, **k: logged.append(a[0]), log_dict=lambda d, **k: logged.extend(d))
     results = []
     for order in ([0.5, -1.0], [-1.0, 0.5]):
         seen.clear()
@@ -219,7 +228,6 @@ def test_dropped_rate_is_the_share_over_every_rank(tiny_model_path):
     from helpers.engines import ScriptedEngine
     from lite_ppo.callbacks import DynamicSampling, Rollout
     from lite_ppo.data import Problem
-    from lite_ppo.step_metrics import StepMetrics
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     problems = [Problem("p1", "What is 6 * 7?", "42", "t"), Problem("p2", "What is 3 + 4?", "7", "t")]
@@ -227,18 +235,11 @@ def test_dropped_rate_is_the_share_over_every_rank(tiny_model_path):
     scripts = {0: [mixed[0], [("\\boxed{7}", True)] * 2], 1: list(mixed)}  # rank 0: p2's group all right
     ranks_metrics, logged = {}, {}
     for rank, script in scripts.items():
-        module = SimpleNamespace(
-            tokenizer=tokenizer,
-            policy=None,
-            model_path="",
-            policy_version=0,
-            device=torch.device("cpu"),
-            step_metrics=StepMetrics(),
-            report_phase=lambda phase: None,
+        module = _stub_module(
+            tokenizer,
             log=lambda name, value, rank=rank, **k: logged.setdefault(rank, {}).__setitem__(name, float(value)),
             log_dict=lambda d, **k: None,
         )
-        module.step_context = lambda module=module: step_ctx(None, module)
         trainer = SimpleNamespace(callbacks=[DynamicSampling()], global_rank=rank, world_size=2, datamodule=None)
         rollout = Rollout(engine=ScriptedEngine(script), sampling=SamplingConfig(n=2, max_new_tokens=16))
         rollout.max_refill_rounds = 0  # the first round is the step
