@@ -208,10 +208,10 @@ def rule_low_reward_signal(table: ScalarTable, ctx: RunContext) -> Finding | Non
         measured=", ".join(measured) + " (recent means)",
         threshold=f"{names.REWARD_STD} < {REWARD_STD_LOW} or {names.GROUPS_MIXED} < {MIXED_GROUPS_MIN}",
         reasoning=(
-            "All-same groups carry zero advantage; dynamic sampling keeps only mixed ones (on this project's "
-            "testbed it added 3.2 points per step and 1.8 at equal generated tokens). "
-            f"{PAPER} also advise comparing without the std when the batch reward std is low; on the testbed "
-            "that comparison came out even (no difference larger than 3 points: docs/takeaways.md, R2-3, R2-6)."
+            "All-same groups carry zero advantage; dynamic sampling keeps only mixed ones (it helped on this "
+            f"project's testbed, per step and at equal generated tokens). {PAPER} also advise comparing "
+            "without the std when the batch reward std is low; on the testbed that comparison came out even "
+            "(docs/takeaways.md, R2-3, R2-6, R2-6b)."
         ),
         yaml=yaml,
     )
@@ -269,8 +269,8 @@ def rule_clip_higher_helps(table: ScalarTable, ctx: RunContext) -> Finding | Non
         reasoning=(
             "The upper bound caps the growth of low-probability tokens, which drives entropy collapse; "
             f"{PAPER} found raising it helps models whose clip rate is not negligible (their aligned ones; "
-            "on this project's aligned-like testbed init the rate was 0.2 % and Clip-Higher changed nothing "
-            "larger than 3.3 points: docs/takeaways.md, R2-1)."
+            "on this project's aligned-like testbed init the rate was negligible too and Clip-Higher showed "
+            "no effect: docs/takeaways.md, R2-1)."
         ),
         yaml=yaml,
     )
