@@ -4,16 +4,20 @@ Reads each run of the given study folders (``NAME=FOLDER``), prints which of the
 as a table per study and cell, and with ``--record FILE`` writes what the rules read: per run its study, cell,
 seed, configuration facts (``RunContext``) and the per-step series of the tags the rules read, replacing those
 studies' runs in FILE and keeping the other studies' (whose runs may no longer be on disk). The tests check
-the advisor against the studies on that record (``tests/data/takeaways_advisor.json``), not on the runs.
+the advisor against the studies on that record (``tests/data/takeaways_advisor.json`` for round 1,
+``tests/data/takeaways_advisor_r2.json.gz`` for round 2's headroom studies), not on the runs.
 
     .venv/bin/python benchmarks/advisor_on_studies.py aggregation=runs/study_agg \\
         clip_aligned=runs/study_clip_aligned --record tests/data/takeaways_advisor.json
+    .venv/bin/python benchmarks/advisor_on_studies.py r2_agg_headroom=runs/r2_agg_headroom \\
+        r2_recipes_headroom=runs/r2_recipes_headroom --record tests/data/takeaways_advisor_r2.json.gz
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -82,13 +86,27 @@ def main() -> None:
         write_record(Path(args.record), records)
 
 
+def read_record(path: Path) -> list[dict]:
+    """The runs of a record written by ``write_record`` (gzip-compressed when its name ends in ``.gz``)."""
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
+    return json.loads(data.decode("utf-8"))["runs"]
+
+
 def write_record(path: Path, records: list[dict]) -> None:
-    """Replace the given studies' runs in ``path``, keeping the other studies' (their runs may be gone)."""
+    """Replace the given studies' runs in ``path``, keeping the other studies' (their runs may be gone).
+
+    A name ending in ``.gz`` is written gzip-compressed (mtime 0, so the same runs give the same bytes): the
+    round-2 studies' 120-step series are several times the size of round 1's."""
     studies = {rec["study"] for rec in records}
-    kept = json.loads(path.read_text(encoding="utf-8"))["runs"] if path.is_file() else []
+    kept = read_record(path) if path.is_file() else []
     kept = [run for run in kept if run["study"] not in studies]
     new = [{k: v for k, v in rec.items() if k != "fired"} for rec in records]
-    path.write_text(json.dumps({"runs": kept + new}) + "\n", encoding="utf-8")
+    data = (json.dumps({"runs": kept + new}) + "\n").encode("utf-8")
+    if path.suffix == ".gz":
+        data = gzip.compress(data, mtime=0)
+    path.write_bytes(data)
     print(f"wrote {path}: {len(new)} runs of {', '.join(sorted(studies))}, {len(kept)} of other studies kept")
 
 

@@ -23,13 +23,27 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lite_ppo.errors import OneLineParser
 
 # The keys of lite_ppo.models.loading.DTYPES, spelled here so that `export-hf --help` imports no torch.
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 EXPORT_RECORD = "lite_ppo_export.json"  # what the folder was exported from; marks it as an export
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What an export reads: the checkpoint, its stored state and the base model it was trained from."""
+
+    checkpoint: Path
+    client: dict  # the checkpoint's non-weight state (hyper-parameters, global_step, ...)
+    weights: Any  # the policy's weights, read lazily
+    model: str  # the base model as given (``--model`` or the stored ``model_path``)
+    base: str  # its resolved local folder
+    lora: Any  # LoraSettings of a LoRA run, else None
 
 
 def export_hf(
@@ -79,13 +93,12 @@ def export_hf(
         torch_dtype = DTYPES.get(torch_dtype, torch.float32) if isinstance(torch_dtype, str) else torch_dtype
     else:
         torch_dtype = DTYPES[dtype]
-    source = f"checkpoint {checkpoint}"
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / EXPORT_RECORD).is_file():
         raise UserError(f"export-hf: {out_dir} holds files that are not an earlier export; give a new or empty folder")
     final_dir, out_dir = out_dir, out_dir.parent / f".{out_dir.name}.export-{os.getpid()}"
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        _write_export(out_dir, model, base, lora, adapter, weights, client, checkpoint, dtype, torch_dtype, source)
+        _write_export(out_dir, _Source(checkpoint, client, weights, model, base, lora), adapter, dtype, torch_dtype)
     except BaseException:
         shutil.rmtree(out_dir, ignore_errors=True)
         raise
@@ -93,7 +106,7 @@ def export_hf(
     return final_dir
 
 
-def _write_export(out_dir, model, base, lora, adapter, weights, client, checkpoint, dtype, torch_dtype, source) -> None:
+def _write_export(out_dir: Path, src: _Source, adapter: bool, dtype: str, torch_dtype) -> None:
     import torch
     from transformers import AutoTokenizer, GenerationConfig
 
@@ -101,10 +114,12 @@ def _write_export(out_dir, model, base, lora, adapter, weights, client, checkpoi
     from lite_ppo.models.loading import load_causal_lm
     from lite_ppo.models.lora import lora_policy
 
-    if lora is None:
-        load_causal_lm(model, torch_dtype, weights=weights, source=source).save_pretrained(out_dir)
+    source = f"checkpoint {src.checkpoint}"
+    base_identity = src.client.get(BASE_KEY)
+    if src.lora is None:
+        load_causal_lm(src.model, torch_dtype, weights=src.weights, source=source).save_pretrained(out_dir)
     elif adapter:
-        peft_model = lora_policy(model, lora, weights, torch.float32, source=source, base=client.get(BASE_KEY))
+        peft_model = lora_policy(src.model, src.lora, src.weights, torch.float32, source=source, base=base_identity)
         if dtype != "auto":
             peft_model.to(torch_dtype)
         else:
@@ -113,24 +128,24 @@ def _write_export(out_dir, model, base, lora, adapter, weights, client, checkpoi
     else:
         # Merged in float32 (peft's merge_and_unload: W += scale * B @ A), then cast once.
         merged = lora_policy(
-            model, lora, weights, torch.float32, source=source, base=client.get(BASE_KEY)
+            src.model, src.lora, src.weights, torch.float32, source=source, base=base_identity
         ).merge_and_unload()
         merged.to(torch_dtype).save_pretrained(out_dir)
-    AutoTokenizer.from_pretrained(base).save_pretrained(out_dir)  # the base tokenizer's files as they are
+    AutoTokenizer.from_pretrained(src.base).save_pretrained(out_dir)  # the base tokenizer's files as they are
     try:
-        GenerationConfig.from_pretrained(base).save_pretrained(out_dir)
+        GenerationConfig.from_pretrained(src.base).save_pretrained(out_dir)
     except OSError:  # the base model has no generation_config.json: save_pretrained wrote the default one
         pass
     info = {
-        "source_checkpoint": str(checkpoint.resolve()),
-        "base_model": str(model),
-        "global_step": client.get("global_step"),
-        "policy_version": client.get("policy_version"),
+        "source_checkpoint": str(src.checkpoint.resolve()),
+        "base_model": str(src.model),
+        "global_step": src.client.get("global_step"),
+        "policy_version": src.client.get("policy_version"),
         "dtype": str(torch_dtype).removeprefix("torch."),
-        "kind": "full" if lora is None else "lora-adapter" if adapter else "lora-merged",
+        "kind": "full" if src.lora is None else "lora-adapter" if adapter else "lora-merged",
     }
-    if lora is not None:
-        info["lora"] = lora.as_config()
+    if src.lora is not None:
+        info["lora"] = src.lora.as_config()
     (out_dir / EXPORT_RECORD).write_text(json.dumps(info, indent=2) + "\n")
 
 

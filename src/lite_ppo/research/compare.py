@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 
 from lite_ppo.errors import OneLineParser, UserError
+from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
 from lite_ppo.research.compute_axis import AXES, cumulative
 from lite_ppo.research.figures import BAND_TEXT, plot_comparison
 from lite_ppo.research.quantities import quantities_for
@@ -93,11 +94,12 @@ def compare(
     summary["band_text"] = f"{BAND_TEXT[band]}, cut at each quantity's range"
     summary["x"] = axis.name
     summary["x_label"] = axis.label
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    # Each output replaced whole: a kill mid-write leaves the earlier comparison's file, never part of one.
+    atomic_write_bytes(out_dir / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
     markdown = summary_markdown(summary)
     if figures:
         markdown += "\n![overview](" + figures[0].name + ")\n"
-    (out_dir / "summary.md").write_text(markdown)
+    atomic_write_bytes(out_dir / "summary.md", markdown.encode())
     return summary
 
 

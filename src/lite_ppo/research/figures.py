@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Literal
@@ -36,6 +37,7 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from lite_ppo.reliability.checkpoint_io import atomic_write_bytes  # noqa: E402
 from lite_ppo.research.compute_axis import AXES, Axis, x_at  # noqa: E402
 from lite_ppo.research.quantities import Quantity  # noqa: E402
 from lite_ppo.research.runs import RunGroup  # noqa: E402
@@ -246,8 +248,7 @@ def plot_comparison(
     fig.suptitle(f"Mean over seeds, shaded / bars: {BAND_TEXT[band]}, cut at each quantity's range", fontsize=10)
     fig.tight_layout(rect=(0, 0.03 + 0.025 * math.ceil(len(labels) / ncol), 1, 0.97))
     overview = out_dir / OVERVIEW_FILE
-    fig.savefig(overview, dpi=dpi)
-    plt.close(fig)
+    _save(fig, overview, dpi)
     written.append(overview)
     for quantity in present:
         fig, ax = plt.subplots(figsize=(5.0, 3.6))
@@ -256,7 +257,14 @@ def plot_comparison(
         ax.legend(fontsize=7, frameon=False)
         fig.tight_layout()
         path = out_dir / f"{quantity.slug}.png"
-        fig.savefig(path, dpi=dpi)
-        plt.close(fig)
+        _save(fig, path, dpi)
         written.append(path)
     return written
+
+
+def _save(fig, path: Path, dpi: int) -> None:
+    """Render to memory, then replace ``path`` whole: a kill mid-write leaves the earlier figure."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=dpi, format="png")
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())

@@ -13,6 +13,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
 from lite_ppo.research.grid import GridPoint
 
 __all__ = ["ARRAY_SCRIPT", "emit_slurm"]
@@ -36,21 +37,22 @@ def emit_slurm(
     for i, point in enumerate(points):
         path = out_dir / f"{i:03d}_{point.label}.sh"
         command = shlex.join(point.command(runs_root, python))
-        path.write_text(
+        _write_script(
+            path,
             "#!/usr/bin/env bash\n"
             f"# lite-ppo sweep run {i}: recipe={point.recipe} seed={point.seed}"
             + (f" variant={point.variant}" if point.variant else "")
             + f" sweep_key={point.sweep_key}\n"
             "set -euo pipefail\n"
             f"cd {shlex.quote(str(workdir))}\n"
-            f"exec {command}\n"
+            f"exec {command}\n",
         )
-        path.chmod(0o755)
         scripts.append(path)
     options = "".join(f"#SBATCH {opt}\n" for opt in (sbatch_options or []))
     names = " ".join(shlex.quote(p.name) for p in scripts)
     array = out_dir / ARRAY_SCRIPT
-    array.write_text(
+    _write_script(
+        array,
         "#!/usr/bin/env bash\n"
         "#SBATCH --job-name=lite-ppo-sweep\n"
         f"#SBATCH --array=0-{len(scripts) - 1}\n"
@@ -58,6 +60,13 @@ def emit_slurm(
         f"{options}"
         "set -euo pipefail\n"
         f"scripts=({names})\n"
-        f'exec bash {shlex.quote(str(out_dir.resolve()))}/"${{scripts[$SLURM_ARRAY_TASK_ID]}}"\n'
+        f'exec bash {shlex.quote(str(out_dir.resolve()))}/"${{scripts[$SLURM_ARRAY_TASK_ID]}}"\n',
     )
     return [*scripts, array]
+
+
+def _write_script(path: Path, text: str) -> None:
+    """Replace ``path`` whole (a job that starts while the sweep rewrites its scripts reads the old or the new
+    one, never part of one), executable."""
+    atomic_write_bytes(path, text.encode())
+    path.chmod(0o755)
