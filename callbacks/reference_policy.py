@@ -4,8 +4,8 @@ KL-shaped return): loaded once at fit start, scored exactly like the policy."""
 from __future__ import annotations
 
 import torch
-from lightning.pytorch import LightningModule
 
+from lite_ppo.policy_module import PolicyModule
 from lite_ppo.rollout.batch import RolloutBatch
 
 
@@ -27,11 +27,11 @@ class ReferencePolicy:
         self.model: torch.nn.Module | None = None
         self.is_base = False  # the policy's own frozen base (LoRA): scored with the adapters off
 
-    def load(self, module: LightningModule) -> None:
+    def load(self, module: PolicyModule) -> None:
         """Load the reference for ``module`` (nothing when it is loaded already or is the LoRA base)."""
         if self.model is not None or self.is_base:
             return
-        if self.path is None and getattr(module, "has_adapters", False):
+        if self.path is None and module.has_adapters:
             self.is_base = True
             return
         # Laid out like the policy: partitioned over the ranks under ZeRO-3.
@@ -43,7 +43,7 @@ class ReferencePolicy:
         self.is_base = False
 
     @torch.no_grad()
-    def logprobs(self, module: LightningModule, batch: RolloutBatch) -> torch.Tensor:
+    def logprobs(self, module: PolicyModule, batch: RolloutBatch) -> torch.Tensor:
         """log pi_ref of the response tokens of ``batch`` in one forward: [b, R] (zero on padding),
         scored exactly as the module scores the policy (same positions, temperature, packing)."""
         if self.is_base:
@@ -54,7 +54,7 @@ class ReferencePolicy:
         return module.score_responses(batch, model=self.model, with_entropy=False)[0]
 
     @torch.no_grad()
-    def logprobs_by_micro_batch(self, module: LightningModule, batch: RolloutBatch) -> torch.Tensor:
+    def logprobs_by_micro_batch(self, module: PolicyModule, batch: RolloutBatch) -> torch.Tensor:
         """:meth:`logprobs` of a whole step's batch, one forward per micro-batch of the module's plan
         (``LitePPO.micro_batch_rows``: under ZeRO-3 every rank runs as many): [B, R]."""
         out = torch.zeros(batch.response_mask.shape, dtype=torch.float32, device=batch.response_mask.device)

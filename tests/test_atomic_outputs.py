@@ -103,8 +103,8 @@ def full_disk_after(limit: int):
 def test_compare_written_again_keeps_its_earlier_outputs_when_the_disk_fills(tmp_path):
     """`lite-ppo compare --out` into the folder of an earlier comparison, and the disk fills while it writes
     (a kill alike): the earlier figures and summaries stay whole, and no temporary file is left beside them."""
+    from helpers.compare_runs import RUNS, write_run
     from lite_ppo.research.compare import main as compare_main
-    from test_compare import RUNS, write_run
 
     root = tmp_path / "runs"
     for recipe, seeds in RUNS.items():

@@ -315,6 +315,37 @@ def test_the_hook_order_names_every_hook_once_with_its_arguments():
         assert hook.arguments == params, f"{hook.name}: the table says {hook.arguments}, the method takes {params}"
 
 
+@pytest.mark.slow
+def test_a_real_fit_calls_the_hooks_in_the_order_told(tmp_path):
+    """Two rollout steps of the tiny model through `lite-ppo fit` (the Rollout callback and its HF engine,
+    the module's six stages) with a technique that overrides every hook: the calls, repeats of a hook in a
+    row merged (shape_rewards per generation round, extra_loss_terms per micro-batch), are the once-per-run
+    hooks and then each step's hooks exactly in HOOK_ORDER's order; on_phase runs inside the steps."""
+    import yaml
+
+    from helpers.fits import tiny_fit_args
+    from helpers.hook_recorder import HookRecorder
+    from lite_ppo.cli.commands import main
+    from lite_ppo.technique import HOOK_ORDER
+
+    config = tmp_path / "recorder.yaml"
+    callbacks = [
+        {"remove": "lite_ppo.callbacks.AdvantageNormalization"},
+        {"class_path": "helpers.hook_recorder.HookRecorder"},
+    ]
+    config.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks, "enable_progress_bar": False}}))
+    HookRecorder.calls = []
+    argv = tiny_fit_args(tmp_path, "--config", str(config), "--data.steps_per_epoch", "2")
+    argv += ["--trainer.limit_val_batches", "0", "--model.model_path", "builtin:tiny"]
+    main(argv)
+    merged = [name for name, _ in itertools.groupby(HookRecorder.calls)]
+    told = [h.name for h in HOOK_ORDER if h.name != "on_phase"]
+    per_step = [h.name for h in HOOK_ORDER if not h.runs.startswith("once") and h.name != "on_phase"]
+    without_phase = [name for name, _ in itertools.groupby(n for n in HookRecorder.calls if n != "on_phase")]
+    assert without_phase == told + per_step  # the first step after the once-per-run hooks, then the second
+    assert "on_phase" in merged[merged.index(per_step[0]) : len(merged) - merged[::-1].index(per_step[-1])]
+
+
 def test_contributing_hook_table_is_the_generated_one():
     from helpers.paths import REPO
     from lite_ppo.technique import hook_table_markdown

@@ -33,6 +33,8 @@ class PolicyModule(Protocol):
     phase: tuple[str, int, int] | None
     #: Bumped after every optimizer step (an engine syncs its weights when it changes).
     policy_version: int
+    #: Whether the policy trains LoRA adapters (its frozen base is then ``adapters_disabled``).
+    has_adapters: bool
 
     @property
     def device(self) -> torch.device: ...

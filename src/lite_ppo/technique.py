@@ -22,10 +22,10 @@ runs. CONTRIBUTING.md's hook table is generated from it (``python -m lite_ppo.te
 
 Old log-probs: by default (``model.old_logprobs: reuse_first``) the first mini-batch takes its old
 log-probs from its own forward pass (the policy has not moved yet, so they are exact), and only the
-other rows get a separate no-gradient pass. ``token_weights`` and ``policy_mask`` need every old
-log-prob before the first optimizer step, so a technique that overrides one makes the module compute
-them all first (``recompute``); a technique that only reads them uses ``observe_old_logprobs``, which
-costs nothing. A technique that sets :attr:`Technique.needs_old_entropy` also gets
+other rows get a separate no-gradient pass. ``token_weights``, ``policy_mask`` and ``before_update``
+need every old log-prob before the first optimizer step, so a technique that overrides one makes the
+module compute them all first (``recompute``); a technique that only reads them uses
+``observe_old_logprobs``, which costs nothing. A technique that sets :attr:`Technique.needs_old_entropy` also gets
 ``batch.old_entropy``, each token's entropy under pi_old, from that same pass.
 
 ``configure_loss`` runs once, at fit start (clip range, aggregation, ...). Scalars a technique wants
@@ -55,7 +55,9 @@ from lite_ppo.step_context import StepContext
 from lite_ppo.step_metrics import StepMetrics
 
 if TYPE_CHECKING:  # pragma: no cover
-    from lightning.pytorch import LightningModule, Trainer
+    from lightning.pytorch import Trainer
+
+    from lite_ppo.policy_module import PolicyModule
 
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
@@ -265,7 +267,7 @@ class Technique(Callback):
         """After the last optimizer step of the training step. Read-only; log here."""
 
     # -- any callback ----------------------------------------------------------------------------
-    def on_phase(self, trainer: Trainer, module: LightningModule) -> None:
+    def on_phase(self, trainer: Trainer, module: PolicyModule) -> None:
         """During a training step, whenever its phase changes: ``module.phase`` is what runs now, e.g.
         ``("generating", 0, 0)`` or ``("updating", 2, 4)``, None when the step is over. The module calls
         it on every callback that defines it (the console's progress bar shows the phase)."""
@@ -298,6 +300,12 @@ HOOK_ORDER: tuple[HookDoc, ...] = (
         "once, at setup (fit, validate; before any weights load)",
         "nothing: the run's `RunSettings` (sampling, generation budget, engine) to check and keep",
         "a generation budget (Dr. GRPO), an overlong limit, an engine requirement",
+    ),
+    HookDoc(
+        "configure_loss(config) -> dict",
+        "once, at fit start (before any step)",
+        "`PolicyLossConfig` fields",
+        "clip range, dual clip, loss aggregation, policy objective (GSPO)",
     ),
     HookDoc(
         "shape_rewards(ctx, batch) -> [B] or None",
@@ -347,12 +355,6 @@ HOOK_ORDER: tuple[HookDoc, ...] = (
         "4 old log-probs: after `policy_mask`",
         "nothing (read-only): every old log-prob, advantage, weight and mask known",
         "choosing tokens for a penalty (KL-Cov)",
-    ),
-    HookDoc(
-        "configure_loss(config) -> dict",
-        "once, at fit start (before any step)",
-        "`PolicyLossConfig` fields",
-        "clip range, dual clip, loss aggregation, policy objective (GSPO)",
     ),
     HookDoc(
         "extra_loss_terms(ctx, minibatch) -> {name: [b, R]}",

@@ -99,8 +99,9 @@ class LitePPO(LightningModule):
         old_logprobs: where log pi_old comes from. ``reuse_first`` (default, exact): the first
             mini-batch's from its own forward pass (the policy has not moved yet: its ratio is
             exactly 1), the other rows from one no-gradient pass; ``recompute``: one no-gradient
-            pass over every row (always used when a technique overrides ``token_weights`` or
-            ``policy_mask``, which need them all before the first optimizer step); ``engine``: the
+            pass over every row (always used when a technique overrides ``token_weights``,
+            ``policy_mask`` or ``before_update``, or sets ``needs_old_entropy``: they need them all
+            before the first optimizer step); ``engine``: the
             rollout engine's log-probs, no pass at all, exact only when the engine computes the trainer's quantity
             (``VLLMEngine`` with ``logprobs_mode: trainer`` in float32); checked on the first
             micro-batch of every step, and the step falls back to ``reuse_first``, with a warning,
@@ -301,9 +302,10 @@ class LitePPO(LightningModule):
         rollout = replace(rollout, old_logprobs=old.values)  # complete now that the first optimizer step ran
         update_s = time.perf_counter() - start - old.seconds_in_update
         old_logprob_s += old.seconds_in_update
+        # 6. Statistics: every old log-prob shown to the techniques; the step's scalars reduced once over
+        #    micro-batches and ranks, shown to the techniques, logged.
         for technique in techniques:
             technique.observe_old_logprobs(ctx, rollout)
-        # 6. Statistics: reduced once over micro-batches and ranks, shown to the techniques, logged.
         step_statistics(ctx.metrics, rollout, old_logprob_s, update_s)
         scalars = ctx.metrics.compute(Ranks(self._trainer))
         stats = update_stats(scalars)

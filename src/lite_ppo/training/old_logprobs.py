@@ -3,7 +3,8 @@
 Three sources (``model.old_logprobs``):
 
 - ``recompute``: one no-gradient pass over every response before the first optimizer step (also
-  chosen whenever a technique's ``token_weights`` or ``policy_mask`` needs them all up front);
+  chosen whenever a technique needs them all up front: one that overrides ``token_weights``,
+  ``policy_mask`` or ``before_update``, or sets ``needs_old_entropy``);
 - ``reuse_first`` (default, exact): the first mini-batch's from its own forward pass in the first
   optimizer step (the policy has not moved yet, so its ratio is exactly 1), the other rows from
   one no-gradient pass before the update;

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from lite_ppo.errors import UserError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from lightning.pytorch import LightningModule, Trainer
+    from lightning.pytorch import Trainer
 
+    from lite_ppo.policy_module import PolicyModule
     from lite_ppo.rollout.batch import RolloutBatch
 
 
@@ -36,7 +37,7 @@ class RolloutSource(Protocol):
     """Produces the module's rollouts. ``batch`` is the data module's batch (``problems``, ``index``)."""
 
     def training_rollout(
-        self, trainer: Trainer, module: LightningModule, batch: dict[str, Any], batch_idx: int
+        self, trainer: Trainer, module: PolicyModule, batch: dict[str, Any], batch_idx: int
     ) -> RolloutBatch:
         """The training step's batch: generated, scored, shaped and filtered, ready for advantages."""
         ...
@@ -47,7 +48,7 @@ class ValidationRolloutSource(RolloutSource, Protocol):
     """A source that also generates the validation batches (the ``Rollout`` callback does)."""
 
     def validation_rollout(
-        self, trainer: Trainer, module: LightningModule, batch: dict[str, Any], batch_idx: int
+        self, trainer: Trainer, module: PolicyModule, batch: dict[str, Any], batch_idx: int
     ) -> RolloutBatch: ...
 
 
