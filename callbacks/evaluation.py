@@ -204,8 +204,11 @@ class Evaluation(Callback):
         self, trainer, pl_module, outputs, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         rollout = outputs.get("rollout") if isinstance(outputs, dict) else None  # LitePPO.validation_step's
-        if rollout is None:
-            return
+        if rollout is None:  # another module: no metrics would come of it, and nothing would say so
+            raise UserError(
+                f"Evaluation reads the scored responses that LitePPO.validation_step returns ({{'rollout': ...}}); "
+                f"{type(pl_module).__name__}.validation_step returned {type(outputs).__name__}"
+            )
         self._batches_seen += 1
         problems = batch["problems"]
         if "benchmark" in batch:

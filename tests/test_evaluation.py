@@ -522,3 +522,17 @@ def test_evaluation_setup_configures_the_data_module_and_patches_nothing(tmp_pat
         before.setup(trainer, None, "fit")
     trainer.num_sanity_val_steps = float("inf")  # what Trainer(num_sanity_val_steps=-1) holds
     before.setup(trainer, None, "fit")
+
+
+def test_a_validation_step_without_scored_responses_is_one_line_not_silence():
+    """Evaluation under a module whose validation_step returns no rollout (not LitePPO's) would log no
+    metric and say nothing: it stops with one line naming the module and what it returned."""
+    from lite_ppo.callbacks import Evaluation
+    from lite_ppo.errors import UserError
+
+    class OtherModule:
+        pass
+
+    callback = Evaluation(benchmarks=[])
+    with pytest.raises(UserError, match=r"^Evaluation reads .* OtherModule.validation_step returned dict$"):
+        callback.on_validation_batch_end(None, OtherModule(), {"loss": 0.0}, {"problems": []}, 0)
