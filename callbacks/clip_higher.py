@@ -37,9 +37,9 @@ class ClipHigher(Technique):
     def __init__(self, eps_low: float | None = None, eps_high: float = 0.28, dual_clip: float | None = None) -> None:
         if eps_low is not None and not 0 <= eps_low < 1:
             raise ValueError(f"ClipHigher.eps_low must be in [0, 1), got {eps_low}")
-        if eps_high < 0:
+        if not eps_high >= 0:  # NaN too (inf is no upper clip at all, which is well defined)
             raise ValueError(f"ClipHigher.eps_high must be >= 0, got {eps_high}")
-        if dual_clip is not None and dual_clip <= 1:
+        if dual_clip is not None and not dual_clip > 1:
             raise ValueError(f"ClipHigher.dual_clip must be > 1 (or null), got {dual_clip}")
         self.eps_low = eps_low
         self.eps_high = eps_high

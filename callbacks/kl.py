@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -54,8 +55,8 @@ class KLPenalty(Technique):
         reference_path: str | None = None,
         clamp: float | None = 10.0,
     ) -> None:
-        if coef < 0:
-            raise ValueError(f"KLPenalty.coef must be >= 0, got {coef}")
+        if not 0 <= coef < math.inf:  # inf x a zero KL is NaN: every step would be skipped
+            raise ValueError(f"KLPenalty.coef must be >= 0 and finite, got {coef}")
         if estimator not in KL_ESTIMATORS:
             raise ValueError(f"KLPenalty.estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
         self.coef = coef

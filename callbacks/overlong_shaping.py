@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from typing_extensions import override
 
@@ -53,8 +55,8 @@ class OverlongRewardShaping(Technique):
             raise ValueError(f"OverlongRewardShaping.buffer_length must be >= 1, got {buffer_length}")
         if not 0 < buffer_fraction <= 1:
             raise ValueError(f"OverlongRewardShaping.buffer_fraction must be in (0, 1], got {buffer_fraction}")
-        if factor < 0:
-            raise ValueError(f"OverlongRewardShaping.factor must be >= 0, got {factor}")
+        if not 0 <= factor < math.inf:  # inf x a zero penalty is NaN: every reward would be NaN
+            raise ValueError(f"OverlongRewardShaping.factor must be >= 0 and finite, got {factor}")
         self.max_length = max_length
         self.buffer_length = buffer_length
         self.buffer_fraction = buffer_fraction

@@ -445,7 +445,15 @@ def test_kl_reference_is_the_initial_policy(tiny_model_path):
 
 @pytest.mark.parametrize(
     ("technique", "option"),
-    [(EntropyBonus, "coef"), (KLCov, "coef"), (SAPO, "tau_pos"), (SAPO, "tau_neg"), (ReinforcePlusPlus, "kl_coef")],
+    [
+        (EntropyBonus, "coef"),
+        (KLCov, "coef"),
+        (SAPO, "tau_pos"),
+        (SAPO, "tau_neg"),
+        (ReinforcePlusPlus, "kl_coef"),
+        (KLPenalty, "coef"),
+        (OverlongRewardShaping, "factor"),
+    ],
 )
 @pytest.mark.parametrize("value", [math.inf, math.nan])
 def test_an_infinite_or_nan_coefficient_is_refused_in_one_line(technique, option, value):
@@ -454,3 +462,13 @@ def test_an_infinite_or_nan_coefficient_is_refused_in_one_line(technique, option
     with pytest.raises((UserError, ValueError), match=option) as error:
         technique(**{option: value})
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(("option", "value"), [("eps_high", math.nan), ("dual_clip", math.nan)])
+def test_a_nan_clip_bound_is_refused_in_one_line(option, value):
+    """A NaN bound passed the `< 0` / `<= 1` checks (every comparison with NaN is false) and clipped nothing;
+    an infinite upper bound stays allowed: no upper clip, a well-defined objective."""
+    with pytest.raises(ValueError, match=option) as error:
+        ClipHigher(**{option: value})
+    assert "\n" not in str(error.value)
+    ClipHigher(eps_high=math.inf)

@@ -6,7 +6,9 @@ Each grid point runs as its own process, forked from a server that imported the 
 directory under ``--out`` (``<out>[/<variant>]/<recipe>/<model>/seed<S>``) and its output in
 ``<out>/sweep_logs/<label>.log``. A point whose run already finished (its ``run.json`` has
 ``status: finished`` and the point's ``sweep_key``) is skipped, so an interrupted sweep resumes where
-it stopped; an unfinished one runs again into a fresh folder (``seed<S>-1``: nothing is overwritten).
+it stopped. A run stopped part-way (``status: interrupted`` after a signal, or still ``running`` with its
+process gone) resumes in its own folder from its checkpoint (:func:`resumable_run`); a failed one runs again
+into a fresh folder (``seed<S>-1``: nothing is overwritten).
 At the end ``lite-ppo compare`` runs on the finished runs (``<out>/compare``; its options in
 ``--compare-args``). The points run seed by seed (every cell of a seed, then the next seed), so a sweep
 stopped early leaves whole seeds but the last; ``--no-start-after WHEN`` starts no point after that moment (the
