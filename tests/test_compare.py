@@ -518,10 +518,19 @@ def test_diverged_and_short_runs_are_left_out_and_said(tmp_path, capsys):
     nan = float("nan")
     root = tmp_path / "runs"
 
-    def run(recipe: str, seed: int, steps: int, score: float, loss_end: float = 0.1, score_nan: bool = False):
+    def run(
+        recipe: str,
+        seed: int,
+        steps: int,
+        score: float,
+        loss_end: float = 0.1,
+        score_nan: bool = False,
+        loss_nan_throughout: bool = False,
+    ):
+        loss = {k: (loss_end if k == steps - 1 else 0.1) for k in range(steps)}
         scalars = {
             m.REWARD_ACCURACY: {k: 0.5 for k in range(steps)},
-            m.POLICY_LOSS: {k: (loss_end if k == steps - 1 else 0.1) for k in range(steps)},
+            m.POLICY_LOSS: {k: nan for k in range(steps)} if loss_nan_throughout else loss,
             m.EVAL_AVERAGE_ACCURACY: {0: 0.2, steps: nan if score_nan else score},
         }
         write_events(root / recipe / "tiny" / f"seed{seed}", scalars, {"recipe": recipe, "seed": seed})
@@ -535,13 +544,15 @@ def test_diverged_and_short_runs_are_left_out_and_said(tmp_path, capsys):
     run("broke", 1, 6, 0.0, score_nan=True)
     run("broke", 2, 6, 0.40)
     run("broke", 3, 6, 0.44)
+    run("broke", 4, 6, 0.99, loss_nan_throughout=True)  # its score would read best; it never trained
     out = tmp_path / "cmp"
     assert compare_main([str(root), "--out", str(out)]) == 0
     console = capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())
     groups = {g["label"]: g for g in summary["groups"]}
     left = {(label, x["seed"]): x["why"] for label, g in groups.items() for x in g["left_out"]}
-    assert set(left) == {("short/tiny", 2), ("broke/tiny", 0), ("broke/tiny", 1)}
+    assert set(left) == {("short/tiny", 2), ("broke/tiny", 0), ("broke/tiny", 1), ("broke/tiny", 4)}
+    assert left[("broke/tiny", 4)] == "diverged: loss/policy is nan at step 5, never finite"
     assert left[("short/tiny", 2)].startswith("short: 2 training steps")
     assert left[("broke/tiny", 0)].startswith("diverged: loss/policy is nan")
     assert left[("broke/tiny", 1)].startswith("diverged: eval/average/accuracy is nan at step 6")
