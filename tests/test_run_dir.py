@@ -227,3 +227,35 @@ def test_fit_twice_gets_two_named_run_dirs(tmp_path, tiny_model_path, monkeypatc
     assert not (tmp_path / "runs/grpo/tiny-arith/seed3-2").exists()
     record = json.loads((first / "run.json").read_text())
     assert record["status"] == "finished" and len(record["resumed"]) == 1 and record["steps"] == 1
+
+
+@pytest.mark.slow
+def test_a_fit_into_another_runs_folder_is_refused_and_touches_nothing(tmp_path, tiny_model_path, monkeypatch, capsys):
+    """A second fit named into the folder of a run that is training or done (an explicit version, the one way
+    left to share a folder) replaced that run's config.yaml and added its event file beside the other's; and
+    had it failed before its first step it would have been its folder to remove. It is refused in one line,
+    before anything is written; with --ckpt_path it resumes there as before (test_fit_twice_gets_two_named_run_dirs)."""
+    from lite_ppo.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    live = tmp_path / "runs/grpo/tiny-arith/seed3"
+    live.mkdir(parents=True)
+    (live / "run.json").write_text('{"status": "running"}\n')
+    (live / "config.yaml").write_text("the live run's\n")
+    before = {p.name: p.read_bytes() for p in live.iterdir()}
+    args = [
+        "fit",
+        "--config", str(REPO / "configs/recipes/grpo.yaml"),
+        "--config", str(REPO / "configs/models/tiny.yaml"),
+        "--seed_everything=3",
+        "--trainer.logger.init_args.version=seed3",
+        "--data.steps_per_epoch=1", "--data.prompts_per_step=2", "--rollout.sampling.max_new_tokens=4",
+    ]  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(
+        "holds another run: give another --trainer.logger.init_args.version (or leave it unset "
+        "for a new seed<S>-N folder), or --ckpt_path to resume that run"
+    ), err
+    assert {p.name: p.read_bytes() for p in live.iterdir()} == before

@@ -15,8 +15,9 @@ advise`` reads. The parts:
 
 Resuming (``--ckpt_path`` inside ``<save_dir>/<recipe>/<model>/<run>/``) continues writing into
 that run's folder. Only what the user left unset is filled in: ``--trainer.logger.init_args.name`` replaces
-``<recipe>/<model>``, ``--trainer.logger.init_args.version`` replaces ``seed<S>`` (taken as given:
-an explicit version is how one continues writing into a known folder), ``save_dir`` defaults to ``runs``.
+``<recipe>/<model>``, ``--trainer.logger.init_args.version`` replaces ``seed<S>`` (taken as given; a
+version naming a folder that already holds a run is refused unless ``--ckpt_path`` resumes one), ``save_dir``
+defaults to ``runs``.
 
 ``validate`` and ``test`` of a checkpoint inside a run's folder write their logs (and ``test`` its
 report) into ``<run>/validate/`` and ``<run>/test/`` (:func:`configure_evaluation_dir`). A ``fit``
@@ -159,10 +160,24 @@ def configure_run_dir(config: Any, claim: bool = False) -> tuple[Path | None, bo
         else:
             version = unique_version(Path(save_dir) / name, base)
         _set(init_args, "version", version)
-    elif isinstance(version, int):
-        version = f"version_{version}"
+    else:
+        if isinstance(version, int):
+            version = f"version_{version}"
+        if claim and not _get(config, "ckpt_path"):
+            refuse_another_runs_folder(Path(save_dir) / name / str(version))
     _set(init_args, "save_dir", str(save_dir))
     return Path(save_dir) / name / str(version), created
+
+
+def refuse_another_runs_folder(run_dir: Path) -> None:
+    """One line when an explicit version names a folder that already holds a run and nothing resumes it:
+    a second fit there would replace that run's config.yaml and interleave its event files with the
+    other's (and ``compare`` would read them as one run)."""
+    if RunDir.is_run(run_dir):
+        raise UserError(
+            f"run folder {run_dir} holds another run: give another --trainer.logger.init_args.version (or leave "
+            "it unset for a new seed<S>-N folder), or --ckpt_path to resume that run"
+        )
 
 
 def run_folder_of(ckpt_path: Any) -> Path | None:
