@@ -210,7 +210,9 @@ def test_fit_twice_gets_two_named_run_dirs(tmp_path, tiny_model_path, monkeypatc
     # The run folder is printed when the run starts and when it ends.
     said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("lite-ppo fit: run folder")]
     assert len(said) == 2 and all("runs/grpo/tiny-arith/seed3" in line for line in said), said
+    capsys.readouterr()
     main(list(args))
+    assert "note: seed3-1 repeats seed3 (the same settings" in capsys.readouterr().err  # told apart: it is not
     first, second = tmp_path / "runs/grpo/tiny-arith/seed3", tmp_path / "runs/grpo/tiny-arith/seed3-1"
     for run_dir in (first, second):
         assert (run_dir / "config.yaml").is_file(), sorted(p.name for p in run_dir.iterdir())
@@ -227,6 +229,13 @@ def test_fit_twice_gets_two_named_run_dirs(tmp_path, tiny_model_path, monkeypatc
     assert not (tmp_path / "runs/grpo/tiny-arith/seed3-2").exists()
     record = json.loads((first / "run.json").read_text())
     assert record["status"] == "finished" and len(record["resumed"]) == 1 and record["steps"] == 1
+    # A third run of the name with another learning rate says so at start (its folder is seed3-2).
+    capsys.readouterr()
+    main([*args, "--model.lr=3e-5"])
+    assert (
+        "note: seed3-2 has the recipe, model and seed of seed3-1 and differs from it in model.lr 0.0001 -> 3e-05"
+        in (capsys.readouterr().err)
+    )
 
 
 @pytest.mark.slow

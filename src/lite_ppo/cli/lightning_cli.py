@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import yaml
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelSummary
@@ -41,7 +42,8 @@ from lite_ppo.data.datamodule import MathDataModule
 from lite_ppo.data.seeding import run_seed
 from lite_ppo.errors import UserError, name_the_option, parser_message
 from lite_ppo.reliability import CheckpointIntegrity, DivergenceGuard, Preemption
-from lite_ppo.research.run_dir import configure_evaluation_dir, prepare_fit_run
+from lite_ppo.research.config_diff import config_differences, describe_differences
+from lite_ppo.research.run_dir import configure_evaluation_dir, earlier_namesake, prepare_fit_run
 from lite_ppo.research.run_record import RunRecord
 from lite_ppo.technique import refuse_repeated_techniques
 from lite_ppo.training.module import LitePPO
@@ -166,8 +168,8 @@ class LitePPOCLI(LightningCLI):
             # Rank 0 claims the folder now (created: a second run started at once gets seed<S>-1);
             # the other ranks only name it (rank 0's folder is what Lightning broadcasts).
             self.run_dir, self.created_run_dir = prepare_fit_run(self.config["fit"], claim=rank_zero_only.rank == 0)
-            note = machine_load_note() if rank_zero_only.rank == 0 else None
-            if note:
+            notes = [machine_load_note(), self._namesake_note()] if rank_zero_only.rank == 0 else []
+            for note in filter(None, notes):
                 print(f"lite-ppo fit: note: {note}", file=sys.stderr, flush=True)
         elif self.subcommand in ("validate", "test"):
             self.evaluation_dir = configure_evaluation_dir(config, self.subcommand)
@@ -188,6 +190,27 @@ class LitePPOCLI(LightningCLI):
                 settings = self.config.get(self.subcommand, self.config).items()
                 raise UserError(f"invalid setting: {name_the_option(parser_message(str(err)), settings)}") from err
             raise
+
+    def _namesake_note(self) -> str | None:
+        """A run named ``seed<S>-N`` (an earlier run has its recipe, model and seed): which settings set it
+        apart from the newest earlier one, or that it repeats it; None for a first run."""
+        earlier = earlier_namesake(self.run_dir) if self.run_dir is not None and self.created_run_dir else None
+        if earlier is None:
+            return None
+        try:
+            before = yaml.safe_load((earlier / "config.yaml").read_text(encoding="utf-8"))
+            now = yaml.safe_load(self._parser("fit").dump(self.config["fit"], skip_unset=False))
+        except (OSError, ValueError, TypeError, yaml.YAMLError):
+            return None  # an unreadable earlier config: nothing to compare with
+        if not isinstance(before, dict) or not isinstance(now, dict):
+            return None
+        differences = config_differences(before, now)
+        if not differences:
+            return f"{self.run_dir.name} repeats {earlier.name} (the same settings; same recipe, model and seed)"
+        return (
+            f"{self.run_dir.name} has the recipe, model and seed of {earlier.name} and differs from it in "
+            f"{describe_differences(differences)}"
+        )
 
     def _remove_unstarted_run(self, say: bool) -> bool:
         """Remove the run folder this command created when no training step ran (nothing in it is

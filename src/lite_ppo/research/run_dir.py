@@ -11,7 +11,8 @@ advise`` reads. The parts:
   ``Qwen3-4B-Base``); ``+lora`` appended when ``model.lora`` trains adapters (``lite_ppo/tiny+lora/seed42``).
 - ``seed<S>``: ``seed_everything``; a second run with the same name gets ``seed<S>-1``, ``seed<S>-2``, ...
   The CLI claims the folder by creating it (``os.mkdir``, atomic), so two runs started at the same moment
-  never share one: the second gets ``seed<S>-1``.
+  never share one: the second gets ``seed<S>-1``. Such a run says at start which settings set it apart from
+  the newest earlier run of its name (:func:`earlier_namesake`, :mod:`lite_ppo.research.config_diff`).
 
 Resuming (``--ckpt_path`` inside ``<save_dir>/<recipe>/<model>/<run>/``) continues writing into
 that run's folder. Only what the user left unset is filled in: ``--trainer.logger.init_args.name`` replaces
@@ -49,6 +50,7 @@ __all__ = [
     "run_folder_of",
     "run_name",
     "claim_version",
+    "earlier_namesake",
     "unique_version",
 ]
 
@@ -104,6 +106,19 @@ def claim_version(parent: Path, base: str) -> str:
             f"run folder {parent / base}: cannot create it ({err.strerror or err}); "
             "choose a writable --trainer.logger.init_args.save_dir"
         ) from None
+
+
+def earlier_namesake(run_dir: Path) -> Path | None:
+    """For ``.../seed42-2``, the newest earlier run of its name that saved a config (``seed42-1``, else
+    ``seed42``); None for a first run or when none did."""
+    match = re.fullmatch(r"(.+)-(\d+)", run_dir.name)
+    if match is None:
+        return None
+    base, k = match.group(1), int(match.group(2))
+    for name in [f"{base}-{j}" for j in range(k - 1, 0, -1)] + [base]:
+        if (run_dir.parent / name / "config.yaml").is_file():
+            return run_dir.parent / name
+    return None
 
 
 def _get(node: Any, key: str, default: Any = None) -> Any:

@@ -1,0 +1,58 @@
+"""What `lite-ppo fit` says sets a second run of one name (``seed<S>-1``) apart from the earlier one: the
+settings in which their saved configs differ, computed here on hand-made configs and folders."""
+
+from __future__ import annotations
+
+from lite_ppo.research.config_diff import config_differences, describe_differences, flatten_config
+from lite_ppo.research.run_dir import earlier_namesake
+
+
+def _callbacks(*entries):
+    return {"trainer": {"callbacks": list(entries)}}
+
+
+def test_a_changed_option_is_named_with_both_values():
+    earlier = {"model": {"lr": 1e-4, "clip_eps": 0.2}, "data": {"prompts_per_step": 4}}
+    now = {"model": {"lr": 1e-5, "clip_eps": 0.2}, "data": {"prompts_per_step": 4}}
+    assert config_differences(earlier, now) == [("model.lr", 1e-4, 1e-5)]
+
+
+def test_callbacks_compare_by_technique_whatever_their_order():
+    clip = {"class_path": "lite_ppo.callbacks.ClipHigher", "init_args": {"eps_high": 0.28}}
+    agg = {"class_path": "lite_ppo.callbacks.LossAggregation", "init_args": {"mode": "token-mean"}}
+    assert config_differences(_callbacks(clip, agg), _callbacks(agg, clip)) == []
+    wider = {"class_path": "lite_ppo.callbacks.ClipHigher", "init_args": {"eps_high": 0.32}}
+    assert config_differences(_callbacks(clip, agg), _callbacks(agg, wider)) == [
+        ("trainer.callbacks.ClipHigher.eps_high", 0.28, 0.32)
+    ]
+    # A technique taken out, and one without init_args added.
+    dynamic = {"class_path": "lite_ppo.callbacks.DynamicSampling"}
+    assert config_differences(_callbacks(clip, agg), _callbacks(agg, dynamic)) == [
+        ("trainer.callbacks.ClipHigher.eps_high", 0.28, "(unset)"),
+        ("trainer.callbacks.DynamicSampling", "(unset)", "(on)"),
+    ]
+    assert flatten_config(_callbacks()) == {}
+
+
+def test_where_a_run_writes_and_resumes_from_is_no_difference():
+    earlier = {"trainer": {"logger": {"init_args": {"version": "seed3"}}, "default_root_dir": "a"}, "ckpt_path": None}
+    now = {"trainer": {"logger": {"init_args": {"version": "seed3-1"}}, "default_root_dir": "b"}, "ckpt_path": "x"}
+    assert config_differences(earlier, now) == []
+
+
+def test_the_description_names_the_first_few_and_counts_the_rest():
+    differences = [(f"model.k{i}", i, i + 1) for i in range(7)]
+    text = describe_differences(differences, limit=2)
+    assert text == "model.k0 0 -> 1, model.k1 1 -> 2 and 5 more (diff the two config.yaml files)"
+
+
+def test_the_earlier_namesake_is_the_newest_earlier_run_that_saved_a_config(tmp_path):
+    for name in ("seed3", "seed3-1", "seed3-2", "seed30"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "seed3" / "config.yaml").write_text("a: 1\n")
+    (tmp_path / "seed30" / "config.yaml").write_text("a: 1\n")
+    assert earlier_namesake(tmp_path / "seed3") is None  # a first run
+    assert earlier_namesake(tmp_path / "seed3-2") == tmp_path / "seed3"  # seed3-1 saved none (failed start)
+    (tmp_path / "seed3-1" / "config.yaml").write_text("a: 2\n")
+    assert earlier_namesake(tmp_path / "seed3-2") == tmp_path / "seed3-1"
+    assert earlier_namesake(tmp_path / "seed30-1") == tmp_path / "seed30"
