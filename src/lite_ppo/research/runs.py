@@ -92,11 +92,7 @@ class Run:
     def experiment(self) -> dict[str, Any]:
         """What defines the experiment apart from the seed (the grouping key's content)."""
         if self.config is not None:
-            config = _strip({k: v for k, v in self.config.items() if k not in _IGNORED_TOP})
-            for parent, key in _IGNORED_PATHS:
-                if isinstance(config.get(parent), dict):
-                    config[parent] = {k: v for k, v in config[parent].items() if k != key}
-            return config | ({"cell": self.cell} if self.cell else {})
+            return experiment_config(self.config) | ({"cell": self.cell} if self.cell else {})
         if self.record is not None:
             found = {"recipe": self.recipe, "model": self.record.get("model"), "data": self.record.get("data")}
             return found | ({"cell": self.cell} if self.cell else {})
@@ -178,7 +174,7 @@ def _disambiguate(groups: list[RunGroup]) -> None:
     for same in by_label.values():
         if len(same) < 2:
             continue
-        flats = [_flatten(g.runs[0].experiment()) for g in same]
+        flats = [flatten_config(g.runs[0].experiment()) for g in same]
         keys = set().union(*flats)
         differing = [
             k for k in keys if len({json.dumps(f.get(k, _ABSENT), sort_keys=True, default=str) for f in flats}) > 1
@@ -215,6 +211,16 @@ def _label_value(flat: dict[str, Any], key: str) -> str:
     return json.dumps(below, sort_keys=True, default=str) if below else _ABSENT
 
 
+def experiment_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A saved run config without what differs from run to run of one experiment: its seeds, where it
+    writes, what it resumes from."""
+    config = _strip({k: v for k, v in config.items() if k not in _IGNORED_TOP})
+    for parent, key in _IGNORED_PATHS:
+        if isinstance(config.get(parent), dict):
+            config[parent] = {k: v for k, v in config[parent].items() if k != key}
+    return config
+
+
 def _strip(node: Any) -> Any:
     if isinstance(node, dict):
         return {k: _strip(v) for k, v in node.items() if k not in _IGNORED_ANYWHERE}
@@ -223,11 +229,13 @@ def _strip(node: Any) -> Any:
     return node
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+def flatten_config(node: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted keys -> leaf values; a callback list keyed by technique name (``trainer.callbacks.ClipHigher``
+    reads ``on``, its init_args below it), so an added technique shifts no other's key."""
     if isinstance(node, dict):
         out: dict[str, Any] = {}
         for key, value in node.items():
-            out.update(_flatten(value, f"{prefix}{key}."))
+            out.update(flatten_config(value, f"{prefix}{key}."))
         return out
     if isinstance(node, list) and node and all(isinstance(v, dict) and "class_path" in v for v in node):
         # A callback list: each entry by its class's name (an added technique shifts no other's key),
@@ -236,11 +244,11 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
         for entry in node:
             name = f"{prefix}{str(entry['class_path']).rsplit('.', 1)[-1]}"
             out[name] = "on"
-            out.update(_flatten(entry.get("init_args") or {}, f"{name}."))
+            out.update(flatten_config(entry.get("init_args") or {}, f"{name}."))
         return out
     if isinstance(node, list) and node and all(isinstance(v, dict) for v in node):
         out = {}
         for i, value in enumerate(node):
-            out.update(_flatten(value, f"{prefix}{i}."))
+            out.update(flatten_config(value, f"{prefix}{i}."))
         return out
     return {prefix.rstrip("."): node}
