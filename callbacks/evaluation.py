@@ -39,7 +39,7 @@ class Evaluation(Callback):
     - logs ``eval/<benchmark>/<metric>``, ``eval/average/<metric>`` (unweighted mean over the
       averaged benchmarks: the paper's average) and ``eval/weighted_average/<metric>``
       (problem-weighted), and ``val/<tier>/<metric>`` for the held-out tiers; metrics are
-      ``accuracy``, ``mean@n`` and ``pass@k`` (n > 1), ``response_length``, ``truncation_rate``,
+      ``accuracy``, ``mean@n``, ``pass@k`` and ``maj@k`` (n > 1), ``response_length``, ``truncation_rate``,
       ``unparsed_rate``;
     - prints a benchmark x metric table (rank 0);
     - optionally writes ``metrics.json``, ``metrics.md`` and ``responses.rank<r>.jsonl`` under

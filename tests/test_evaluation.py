@@ -536,3 +536,65 @@ def test_a_validation_step_without_scored_responses_is_one_line_not_silence():
     callback = Evaluation(benchmarks=[])
     with pytest.raises(UserError, match=r"^Evaluation reads .* OtherModule.validation_step returned dict$"):
         callback.on_validation_batch_end(None, OtherModule(), {"loss": 0.0}, {"problems": []}, 0)
+
+
+def _maj_by_hand(rows: list[dict], k: int) -> float:
+    """maj@k of one problem from its records, apart from lite_ppo.evaluation.majority: judged answers vote,
+    equal numbers (or equal texts) are one answer, the correct ones one class; a tie shares the point."""
+
+    def key(answer: str) -> object:
+        try:
+            return float(answer.replace(",", ""))
+        except ValueError:
+            return answer.strip()
+
+    votes: dict[object, int] = {}
+    correct = 0
+    for row in rows[:k]:
+        if row["status"] == "correct":
+            correct += 1
+        elif row["status"] == "wrong" and row["extracted"] is not None:
+            votes[key(row["extracted"])] = votes.get(key(row["extracted"]), 0) + 1
+    top = max([correct, *votes.values()])
+    if top == 0 or correct < top:
+        return 0.0
+    return 1.0 / (1 + sum(count == top for count in votes.values()))
+
+
+@pytest.mark.slow
+def test_maj_at_k_of_a_sampled_held_out_evaluation_reaches_tensorboard(tmp_path, tiny_model_path):
+    """A fit whose held-out tiers are sampled 4 times: val/<tier>/maj@2 and maj@4 are logged at each
+    evaluation and equal the majority vote recomputed from the written responses."""
+    from lite_ppo.cli import main
+
+    main(
+        tiny_fit_args(
+            tmp_path,
+            "--trainer.enable_progress_bar=false",
+            "--data.steps_per_epoch=1",
+            "--data.val_size=12",
+            "--rollout.eval_sampling.n=4",
+            "--rollout.eval_sampling.greedy=false",
+            "--rollout.eval_sampling.temperature=0.5",
+            "--trainer.callbacks+=lite_ppo.callbacks.Evaluation",
+            "--trainer.callbacks.benchmarks=[]",
+            f"--trainer.callbacks.output_dir={tmp_path / 'evals'}",
+        )
+    )
+    scalars = read_scalars(tmp_path / "tb")
+    lines = (tmp_path / "evals/step_1/responses.rank0.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    tiers = sorted({r["benchmark"] for r in records})
+    assert tiers and len(records) == 4 * sum(1 for r in records if r["sample"] == 0)
+    voted = 0
+    for tier in tiers:
+        by_problem: dict[str, list[dict]] = {}
+        for r in sorted((r for r in records if r["benchmark"] == tier), key=lambda r: r["sample"]):
+            by_problem.setdefault(r["id"], []).append(r)
+        voted += sum(r["status"] in ("correct", "wrong") for rows in by_problem.values() for r in rows)
+        for k in (2, 4):
+            tag = f"val/{tier}/maj@{k}"
+            assert tag in scalars, sorted(t for t in scalars if t.startswith("val/"))
+            expected = sum(_maj_by_hand(rows, k) for rows in by_problem.values()) / len(by_problem)
+            assert scalars[tag][-1][1] == pytest.approx(expected, abs=1e-6), (tag, scalars[tag])
+    assert voted > 0  # the smoke model answers: the votes are real, not all abstentions

@@ -268,3 +268,72 @@ def test_a_fit_into_another_runs_folder_is_refused_and_touches_nothing(tmp_path,
         "for a new seed<S>-N folder), or --ckpt_path to resume that run"
     ), err
     assert {p.name: p.read_bytes() for p in live.iterdir()} == before
+
+
+@pytest.mark.slow
+def test_a_run_that_fails_beside_a_live_namesake_removes_only_its_own_folder(tmp_path, tiny_model_path, monkeypatch):
+    """Two live fits of one name: the first (its own process) holds after its first step inside seed3; a
+    second that fails before its first step claimed seed3-1 and removes that folder only (it used to
+    remove the live run's folder); a third trains into its own folder beside it. The first then ends
+    normally with everything it wrote, and every folder holds exactly one run's events."""
+    import subprocess
+    import sys
+    import time
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from lite_ppo.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "fit",
+        "--config", str(REPO / "configs/recipes/grpo.yaml"),
+        "--config", str(REPO / "configs/models/tiny.yaml"),
+        "--seed_everything=3",
+        "--data.prompts_per_step=2", "--rollout.sampling.max_new_tokens=4",
+    ]  # fmt: skip
+    marker, release = tmp_path / "held", tmp_path / "release"
+    hold = json.dumps(
+        {"class_path": "helpers.reliability_faults.HoldAfterStep",
+         "init_args": {"marker": str(marker), "release": str(release)}}
+    )  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO / "tests"), env.get("PYTHONPATH", "")])
+    command = [sys.executable, "-m", "lite_ppo.cli", *args, "--data.steps_per_epoch=2", f"--trainer.callbacks+={hold}"]
+    with open(tmp_path / "first.log", "w") as log:
+        first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 300
+            while not marker.exists():
+                assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "the first run did not reach its first step"
+                time.sleep(0.05)
+            live = tmp_path / "runs/grpo/tiny-arith/seed3"
+            before = sorted(p.relative_to(live) for p in live.rglob("*"))
+            assert json.loads((live / "run.json").read_text())["status"] == "running"
+            # A namesake that fails in setup (two advantage estimators), after it claimed a folder.
+            with pytest.raises(SystemExit):
+                main(
+                    [
+                        *args,
+                        "--data.steps_per_epoch=1",
+                        "--trainer.callbacks+=lite_ppo.callbacks.AdvantageNormalization",
+                    ]
+                )
+            assert not (tmp_path / "runs/grpo/tiny-arith/seed3-1").exists()
+            assert sorted(p.relative_to(live) for p in live.rglob("*")) == before
+            # A namesake that trains while the first is held: its own folder.
+            main([*args, "--data.steps_per_epoch=1"])
+        finally:
+            release.touch()
+        assert first.wait(timeout=300) == 0, (tmp_path / "first.log").read_text()[-3000:]
+    for folder, steps in (("seed3", 2), ("seed3-1", 1)):
+        run_dir = tmp_path / "runs/grpo/tiny-arith" / folder
+        record = json.loads((run_dir / "run.json").read_text())
+        assert record["status"] == "finished" and record["steps"] == steps, record
+        events = list(run_dir.glob("events.out.tfevents.*"))
+        assert len(events) == 1, events
+        accumulator = EventAccumulator(str(events[0]))
+        accumulator.Reload()
+        lr_steps = [event.step for event in accumulator.Scalars("update/lr")]
+        assert len(lr_steps) == len(set(lr_steps)) == steps, lr_steps  # one point a rollout step, none twice

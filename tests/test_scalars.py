@@ -45,6 +45,7 @@ class PhaseSpy(Technique):
     correct_matches_status: list[bool] = []
     callback_types: set[str] = set()
     clock_ticking: list[bool] = []
+    validation_phases: list[tuple] = []  # (sanity check?, phase, bar visible, description, clock ticking)
 
     def _bar(self, trainer) -> ConsoleProgressBar:
         bar = trainer.progress_bar_callback
@@ -61,6 +62,24 @@ class PhaseSpy(Technique):
         self._record(ctx.trainer)  # scoring has just finished
         PhaseSpy.live.append(dict(self._bar(ctx.trainer).get_metrics(ctx.trainer, ctx.module)))
         PhaseSpy.correct_matches_status.append(batch.correct.tolist() == [s == "correct" for s in batch.reward_status])
+
+    def on_phase(self, trainer, module) -> None:
+        """During the held-out evaluations (before training and at the end): the validation bar the user sees."""
+        if trainer.training or module.phase is None:
+            return
+        bar = self._bar(trainer)
+        task_id = bar.val_sanity_progress_bar_id if trainer.sanity_checking else bar.val_progress_bar_id
+        task = None if task_id is None else bar.progress.tasks[task_id]
+        ticker = bar._ticker
+        PhaseSpy.validation_phases.append(
+            (
+                trainer.sanity_checking,
+                module.phase[0],
+                task is not None and task.visible,
+                None if task is None else task.description,
+                ticker is not None and ticker.is_alive(),
+            )
+        )
 
     def token_weights(self, ctx, batch) -> None:  # old log-probs are done
         self._record(ctx.trainer)
@@ -80,7 +99,7 @@ def tiny_run(tmp_path_factory, tiny_model_path):
     tmp = tmp_path_factory.mktemp("scalars")
     PhaseSpy.descriptions, PhaseSpy.live, PhaseSpy.correct_matches_status = [], [], []
     PhaseSpy.callback_types = set()
-    PhaseSpy.clock_ticking = []
+    PhaseSpy.clock_ticking, PhaseSpy.validation_phases = [], []
     this = sys.modules[__name__].__name__
     main(
         [
@@ -96,6 +115,10 @@ def tiny_run(tmp_path_factory, tiny_model_path):
             f"{this}.HalfRightReward",
             "--trainer.callbacks+=lite_ppo.callbacks.OverlongRewardShaping",
             f"--trainer.callbacks+={this}.PhaseSpy",
+            # The held-out tiers before and after training, as a researcher's run evaluates them.
+            "--trainer.callbacks+=lite_ppo.callbacks.Evaluation",
+            "--trainer.callbacks.benchmarks=[]",
+            "--trainer.callbacks.evaluate_before_training=true",
             "--trainer.default_root_dir",
             str(tmp),
             "--trainer.logger.init_args.save_dir",
@@ -228,6 +251,22 @@ def test_the_bar_names_each_phase_and_shows_the_live_metrics(tiny_run):
     # lite-ppo's one-line model summary replaces Lightning's table (whose FLOPs read 0)
     assert "PolicySummary" in PhaseSpy.callback_types and "RichModelSummary" not in PhaseSpy.callback_types
     assert PhaseSpy.clock_ticking == [True] * STEPS
+
+
+@pytest.mark.slow
+def test_the_held_out_evaluations_show_progress_in_a_real_fit(tiny_run):
+    """Before training and after it, the held-out evaluation's bar is on screen from its first phase, named
+    for what it is, with the clock ticking (it used to stay hidden until a whole batch was done)."""
+    seen = PhaseSpy.validation_phases
+    assert {sanity for sanity, *_ in seen} == {True, False}, seen  # both evaluations ran
+    # The bar hears of a phase after this spy (callback order): the spy sees the first phase of each
+    # evaluation before the bar has drawn it, and every later one after it has drawn the previous one.
+    later = [record for previous, record in zip(seen, seen[1:]) if previous[0] == record[0]]
+    assert len(later) >= 2 and {sanity for sanity, *_ in later} == {True, False}, seen
+    for sanity, phase, visible, description, ticking in later:
+        title = "Validating before training" if sanity else "Validation"
+        assert visible and ticking and description.startswith(f"{title} "), (sanity, phase, description, ticking)
+    assert {phase for _, phase, *_ in seen} >= {"generating", "scoring"}, seen
 
 
 def test_summary_line_and_phase_text():

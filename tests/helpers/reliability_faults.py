@@ -138,3 +138,22 @@ class LearningRateAt(Callback):
         if trainer.fit_loop.epoch_loop.total_batch_idx == self.step:
             for group in trainer.optimizers[0].param_groups:
                 group["lr"] = self.lr
+
+
+class HoldAfterStep(Callback):
+    """After training step ``step`` (0-based) writes ``marker`` and waits until ``release`` exists (at most
+    ``timeout`` seconds): a test can act while this run is inside its run folder, mid-training."""
+
+    def __init__(self, marker: str, release: str, step: int = 0, timeout: float = 300.0) -> None:
+        self.marker, self.release = Path(marker), Path(release)
+        self.step, self.timeout = step, timeout
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        import time
+
+        if trainer.fit_loop.epoch_loop.total_batch_idx != self.step:
+            return
+        self.marker.write_text("held")
+        deadline = time.monotonic() + self.timeout
+        while not self.release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
