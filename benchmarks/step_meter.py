@@ -37,6 +37,8 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback
 
+from lite_ppo.policy_module import rollout_of
+
 # One dict per training step of the latest fit in this process, read by bench_steps.py.
 RECORDS: list[dict[str, Any]] = []
 # Set at fit start: what the matmuls of one token cost.
@@ -83,7 +85,7 @@ class StepMeter(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch: Any, batch_idx: int) -> None:
         record = self._current or {}
-        rollout = outputs.get("rollout") if isinstance(outputs, dict) else None  # LitePPO.training_step's
+        rollout = rollout_of(outputs)  # LitePPO.training_step's
         if rollout is not None:
             record.update(rollout_counts(rollout))
         RECORDS.append(record)

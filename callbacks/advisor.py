@@ -99,7 +99,8 @@ class TechniqueAdvisor(Callback):
             loaded = yaml.safe_load(config_path.read_text())
             if isinstance(loaded, dict):
                 return context_from_config(loaded, self.model_kind)
-        # No saved config (a Trainer built in Python): describe the live callbacks the same way.
-        callbacks = [{"class_path": type(cb).__name__, "init_args": dict(vars(cb))} for cb in trainer.callbacks]
+        # No saved config (a Trainer built in Python): describe the run's techniques the same way.
+        techniques = pl_module.step_context().techniques
+        callbacks = [{"class_path": type(t).__name__, "init_args": dict(vars(t))} for t in techniques]
         live = {"trainer": {"callbacks": callbacks}, "model": {"model_path": getattr(pl_module, "model_path", None)}}
         return context_from_config(live, self.model_kind)

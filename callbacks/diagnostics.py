@@ -18,8 +18,7 @@ from lite_ppo.ops.repetition import repetition_shares
 from lite_ppo.rewards import STATUSES
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.step_context import StepContext
-from lite_ppo.strategies.ranks import Ranks
-from lite_ppo.technique import Technique, UpdateStats, techniques_of
+from lite_ppo.technique import Technique, UpdateStats
 
 CORRECT = "correct"  # the verifier status of a right answer (lite_ppo.rewards.STATUSES)
 
@@ -105,10 +104,13 @@ class Diagnostics(Technique):
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.layout and trainer.global_rank == 0:
             tiers, held_out, benchmarks = _evaluated(trainer)
-            techniques = [type(callback).__name__ for callback in trainer.callbacks]
+            techniques = pl_module.step_context().techniques  # the run's, found once by the module
+            classes = [type(technique).__name__ for technique in techniques]
             for writer in _tensorboard_writers(trainer):
-                writer.add_custom_scalars(names.custom_scalars_layout(tiers, techniques, benchmarks, held_out))
-                _write_hparams(writer, run_hparams(trainer, pl_module), names.hparam_metrics(held_out, benchmarks))
+                writer.add_custom_scalars(names.custom_scalars_layout(tiers, classes, benchmarks, held_out))
+                _write_hparams(
+                    writer, run_hparams(trainer, pl_module, techniques), names.hparam_metrics(held_out, benchmarks)
+                )
 
     @override
     def on_rollout(self, ctx: StepContext, batch: RolloutBatch) -> None:
@@ -118,7 +120,7 @@ class Diagnostics(Technique):
     def on_update_end(self, ctx: StepContext, batch: RolloutBatch, stats: UpdateStats) -> None:
         generated = self._generated or [self.generation_record(batch)]
         self._generated = []
-        ranks = Ranks(ctx.trainer)
+        ranks = ctx.ranks
         # Group ids restart in every record (refill round, rank): merge_records keeps them distinct.
         gen = merge_records([r for rank in ranks.objects(generated) for r in rank])
         upd = merge_records(ranks.objects(self.update_record(batch)))
@@ -345,13 +347,13 @@ def _tensorboard_writers(trainer) -> list:
     return [lg.experiment for lg in getattr(trainer, "loggers", []) if isinstance(lg, TensorBoardLogger)]
 
 
-def run_hparams(trainer, module) -> dict[str, Any]:
+def run_hparams(trainer, module, techniques: Sequence[Technique]) -> dict[str, Any]:
     """The settings that tell runs apart, flat and TensorBoard-typed: the module's and data module's
     init arguments (not Lightning's own entries such as ``_instantiator``) and every technique's public
     settings (``technique/<Class>/<field>``). Booleans become ``"true"`` / ``"false"``: TensorBoard's
     hparams summary would store them as the numbers 1.0 / 0.0."""
     out: dict[str, Any] = {}
-    sources = {"model": dict(getattr(module, "hparams", {}) or {})}
+    sources = {"model": dict(module.hparams or {})}
     datamodule = getattr(trainer, "datamodule", None)
     if datamodule is not None:
         sources["data"] = dict(getattr(datamodule, "hparams", {}) or {})
@@ -362,7 +364,6 @@ def run_hparams(trainer, module) -> dict[str, Any]:
     seed = getattr(datamodule, "seed", None)
     if isinstance(seed, int):
         out["seed"] = seed  # the run's seed (data order, sampling): seeds of one cell are rows apart
-    techniques = techniques_of(trainer)
     out["techniques"] = ",".join(type(t).__name__ for t in techniques)
     for t in techniques:
         for key, value in vars(t).items():

@@ -16,6 +16,7 @@ from lite_ppo.evaluation.benchmarks import apply_limit, load_benchmark_config, l
 from lite_ppo.evaluation.metrics import flatten
 from lite_ppo.evaluation.report import comparison_table, table_columns, text_table, write_jsonl, write_report
 from lite_ppo.evaluation.results import GroupMetrics, problem_results, response_records
+from lite_ppo.policy_module import rollout_of
 from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
 from lite_ppo.rollout.settings import RunSettings
 from lite_ppo.strategies.ranks import Ranks
@@ -203,7 +204,7 @@ class Evaluation(Callback):
     def on_validation_batch_end(
         self, trainer, pl_module, outputs, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        rollout = outputs.get("rollout") if isinstance(outputs, dict) else None  # LitePPO.validation_step's
+        rollout = rollout_of(outputs)  # LitePPO.validation_step's
         if rollout is None:  # another module: no metrics would come of it, and nothing would say so
             raise UserError(
                 f"Evaluation reads the scored responses that LitePPO.validation_step returns ({{'rollout': ...}}); "

@@ -13,7 +13,6 @@ from lite_ppo.errors import UserError
 from lite_ppo.ops.token_selection import high_entropy_mask
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.step_context import StepContext
-from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique
 
 DENOMINATORS = ("selected", "all")
@@ -90,7 +89,7 @@ class HighEntropyTokens(Technique):
             raise RuntimeError("HighEntropyTokens needs batch.old_entropy (the module fills it for needs_old_entropy)")
         tokens = batch.loss_mask > 0
         local = batch.old_entropy[tokens].double()  # row-major: rank r's tokens follow rank r-1's
-        everything, offset = Ranks(ctx.trainer).cat_varying(local)
+        everything, offset = ctx.ranks.cat_varying(local)
         selected, threshold = high_entropy_mask(everything, self.share)
         mine = selected[offset : offset + local.numel()]
         ctx.metrics.mean(names.HIGH_ENTROPY_SELECTED_SHARE, mine.sum(), local.numel())

@@ -104,7 +104,7 @@ class AdvantageNormalization(Technique):
     def compute_advantages(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor:
         weights = self.statistics_weights(batch)
         uses_batch = "batch" in (self.mean_scope, self.std_scope)
-        ranks = Ranks(ctx.trainer)
+        ranks = ctx.ranks
         batch_stats = _global_weighted_mean_std(ranks, batch.rewards.double(), weights) if uses_batch else None
         advantages = normalized_advantages(
             batch.rewards,

@@ -14,15 +14,9 @@ from lite_ppo.callbacks.reference_policy import ReferencePolicy
 from lite_ppo.errors import UserError
 from lite_ppo.ops.advantages import weighted_mean_std
 from lite_ppo.ops.kl import KL_ESTIMATORS, kl_estimate
-from lite_ppo.ops.reinforce_pp import (
-    group_baseline_residuals,
-    kl_shaped_returns,
-    reinforce_pp_advantages,
-    whitened,
-)
+from lite_ppo.ops.reinforce_pp import kl_shaped_returns, outcome_returns, whitened
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.step_context import StepContext
-from lite_ppo.strategies.ranks import Ranks
 from lite_ppo.technique import Technique
 
 WEIGHTINGS = ("token", "sample")
@@ -128,22 +122,19 @@ class ReinforcePlusPlus(Technique):
 
     @override
     def compute_advantages(self, ctx: StepContext, batch: RolloutBatch) -> torch.Tensor:
-        returns = group_baseline_residuals(batch.rewards, batch.group_ids) if self.group_baseline else batch.rewards
-        returns = returns.double()
+        returns = outcome_returns(batch.rewards, batch.group_ids, self.group_baseline)
         if self.kl_coef > 0:
             return self.kl_shaped_advantages(ctx, batch, returns)
         weights = self.statistics_weights(batch)
         # One all-gather of [B, 2]: every rank whitens with the statistics of the whole global batch
         # (groups never straddle ranks, so the baseline above is already exact per rank).
-        gathered = Ranks(ctx.trainer).cat(torch.stack([returns, weights.to(returns.device)]).T)
+        gathered = ctx.ranks.cat(torch.stack([returns, weights.to(returns.device)]).T)
         mean, std = weighted_mean_std(gathered[:, 0], gathered[:, 1])
         # Already global: the same value on every rank, so the mean over ranks is the value.
         ctx.metrics.mean("reinforce_pp/return_mean", mean, 1)
         ctx.metrics.mean("reinforce_pp/return_std", std, 1)
-        advantages = reinforce_pp_advantages(
-            batch.rewards, batch.group_ids, weights, self.group_baseline, self.eps, stats=(mean, std)
-        )
-        return advantages.to(torch.float32)
+        # ops.reinforce_pp_advantages with the global statistics: the baselined returns whitened.
+        return whitened(returns, weights, self.eps, stats=(mean, std)).to(torch.float32)
 
     def kl_shaped_advantages(self, ctx: StepContext, batch: RolloutBatch, outcome: torch.Tensor) -> torch.Tensor:
         """[B, R] advantages of the KL-shaped return, 0 off the response tokens."""
@@ -163,7 +154,7 @@ class ReinforcePlusPlus(Technique):
         returns = kl_shaped_returns(outcome, kl, mask, self.kl_coef)
         tokens = returns[mask.bool()]
         # Every rank's response tokens (their counts differ): the statistics of the whole global batch.
-        gathered, _ = Ranks(ctx.trainer).cat_varying(tokens)
+        gathered, _ = ctx.ranks.cat_varying(tokens)
         mean, std = weighted_mean_std(gathered, torch.ones_like(gathered))
         ctx.metrics.mean("reinforce_pp/return_mean", mean, 1)
         ctx.metrics.mean("reinforce_pp/return_std", std, 1)

@@ -26,7 +26,6 @@ from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.engine import RolloutEngine, SamplingConfig
 from lite_ppo.rollout.producer import RolloutProducer
 from lite_ppo.rollout.settings import RunSettings
-from lite_ppo.technique import techniques_of
 
 
 class Rollout(Callback):
@@ -165,7 +164,7 @@ class Rollout(Callback):
         rollout, timings = self._scored_rollout(trainer, pl_module, problems, index, round_index=0)
         generated_tokens = rollout.response_mask.sum()  # every round's, for the throughput
         target_groups = len(problems)
-        keep = _keep_mask(trainer, pl_module, rollout)
+        keep = _keep_mask(pl_module, rollout)
         if keep is not None:
             kept, dropped = rollout.select(_rows(keep)), rollout.select(_rows(~keep))
             rounds = 0
@@ -179,7 +178,7 @@ class Rollout(Callback):
                 generated_tokens = generated_tokens + more.response_mask.sum()
                 for name, seconds in more_timings.items():
                     timings[name] = timings.get(name, 0.0) + seconds
-                more_keep = _keep_mask(trainer, pl_module, more)
+                more_keep = _keep_mask(pl_module, more)
                 kept = RolloutBatch.concat([kept, more.select(_rows(more_keep))], pl_module.tokenizer.pad_token_id)
                 dropped = RolloutBatch.concat(
                     [dropped, more.select(_rows(~more_keep))], pl_module.tokenizer.pad_token_id
@@ -220,7 +219,8 @@ class Rollout(Callback):
         )
         self._dropped_prompts += dropped
         rollout, timings = self.producer.produce(module, problems, self.sampling, seed, on_phase=module.report_phase)
-        techniques, ctx = techniques_of(trainer), module.step_context()
+        ctx = module.step_context()
+        techniques = ctx.techniques
         # Scalars the techniques record here are reduced and logged with the module's, at the end of the step.
         terms = [term for term in (t.shape_rewards(ctx, rollout) for t in techniques) if term is not None]
         if terms:  # summed, so the result does not depend on the order of the callbacks
@@ -299,11 +299,11 @@ def _replacement_stream(trainer, index: int) -> Iterator[list[Problem]]:
         yield refill(index, round_index, trainer.global_rank, trainer.world_size)["problems"]
 
 
-def _keep_mask(trainer, module, rollout: RolloutBatch) -> torch.Tensor | None:
+def _keep_mask(module, rollout: RolloutBatch) -> torch.Tensor | None:
     """AND of every technique's ``keep_groups`` mask, or None when no technique filters."""
     keep = None
     ctx = module.step_context()
-    for technique in techniques_of(trainer):
+    for technique in ctx.techniques:
         mask = technique.keep_groups(ctx, rollout)
         if mask is not None:
             keep = mask.bool() if keep is None else keep & mask.bool()

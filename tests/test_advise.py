@@ -191,7 +191,13 @@ def test_callback_writes_findings_to_tensorboard(tmp_path):
         callbacks: list = []
         callback_metrics: dict = {}
 
+    from types import SimpleNamespace
+
+    from lite_ppo.step_context import StepContext
+
     trainer = FakeTrainer()
+    module = SimpleNamespace(model_path=None)  # no techniques: the advisor describes the run from them
+    module.step_context = lambda: StepContext(trainer, module, None)
     advisor = TechniqueAdvisor(every_n_steps=2, print_findings=False)
     for step in range(5):
         trainer.callback_metrics = {
@@ -199,8 +205,8 @@ def test_callback_writes_findings_to_tensorboard(tmp_path):
             m.REWARD_ACCURACY: torch.tensor(0.0),
             m.CLIP_UPPER_POSITIVE: torch.tensor(0.02),
         }
-        advisor.on_train_batch_end(trainer, None, None, None, step)
-    advisor.on_train_end(trainer, None)
+        advisor.on_train_batch_end(trainer, module, None, None, step)
+    advisor.on_train_end(trainer, module)
     assert [f.rule for f in advisor.last_findings] == ["reward_std_collapsed"]
     logger.experiment.flush()
     acc = EventAccumulator(logger.log_dir)

@@ -174,8 +174,8 @@ def test_hparams_leave_out_lightning_entries_and_show_booleans_as_words():
     from lite_ppo.callbacks.diagnostics import run_hparams
 
     module = SimpleNamespace(hparams={"lr": 1e-6, "pack_prompts": True, "_instantiator": "lightning.cli..."})
-    trainer = SimpleNamespace(datamodule=None, callbacks=[AdvantageNormalization(count_truncated=False)])
-    params = run_hparams(trainer, module)
+    trainer = SimpleNamespace(datamodule=None)
+    params = run_hparams(trainer, module, [AdvantageNormalization(count_truncated=False)])
     assert not [key for key in params if "_instantiator" in key]
     assert params["model/lr"] == 1e-6 and params["model/pack_prompts"] == "true"
     assert params["technique/AdvantageNormalization/count_truncated"] == "false"

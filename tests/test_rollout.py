@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers.technique_batches import step_ctx
 from lite_ppo.rollout import Generation, HFEngine, RolloutBatch, SamplingConfig
 from lite_ppo.rollout.producer import build_rollout_batch
 from lite_ppo.training.module import LitePPO
@@ -143,10 +142,12 @@ def test_on_tokens_reports_each_decoding_step_and_adds_up_to_the_responses(modul
 
 
 # ---------------------------------------------------------------------------- the callback over the producer
-def _stub_module(tokenizer, log, log_dict):
-    """What the Rollout callback reads of the module, without a policy (a scripted engine generates)."""
+def _stub_module(tokenizer, log, log_dict, techniques=()):
+    """What the Rollout callback reads of the module, without a policy (a scripted engine generates);
+    its step context names ``techniques`` (the module finds them at setup)."""
     from types import SimpleNamespace
 
+    from lite_ppo.step_context import StepContext
     from lite_ppo.step_metrics import StepMetrics
 
     module = SimpleNamespace(
@@ -160,7 +161,7 @@ def _stub_module(tokenizer, log, log_dict):
         log=log,
         log_dict=log_dict,
     )
-    module.step_context = lambda: step_ctx(None, module)
+    module.step_context = lambda: StepContext(None, module, module.step_metrics, None, tuple(techniques))
     return module
 
 
@@ -198,11 +199,16 @@ def test_rollout_callback_adds_every_shaping_term_then_shows_the_batch_read_only
     problems = [Problem("p1", "What is 6 * 7?", "42", "t"), Problem("p2", "What is 3 + 4?", "7", "t")]
     script = [[("\\boxed{42}", True), ("\\boxed{41}", True)], [("\\boxed{7}", True), ("no idea", True)]]
     logged = []
-    module = _stub_module(tokenizer, log=lambda *a, **k: logged.append(a[0]), log_dict=lambda d, **k: logged.extend(d))
     results = []
     for order in ([0.5, -1.0], [-1.0, 0.5]):
         seen.clear()
         techniques = [Bonus("a", [order[0]] * 4), Bonus("b", [order[1]] * 4)]
+        module = _stub_module(
+            tokenizer,
+            log=lambda *a, **k: logged.append(a[0]),
+            log_dict=lambda d, **k: logged.extend(d),
+            techniques=techniques,
+        )
         trainer = SimpleNamespace(callbacks=techniques, global_rank=0, world_size=1, datamodule=None)
         engine = ScriptedEngine([list(g) for g in script])
         rollout = Rollout(engine=engine, sampling=SamplingConfig(n=2, max_new_tokens=16))
@@ -239,8 +245,11 @@ def test_dropped_rate_is_the_share_over_every_rank(tiny_model_path):
             tokenizer,
             log=lambda name, value, rank=rank, **k: logged.setdefault(rank, {}).__setitem__(name, float(value)),
             log_dict=lambda d, **k: None,
+            techniques=[DynamicSampling()],
         )
-        trainer = SimpleNamespace(callbacks=[DynamicSampling()], global_rank=rank, world_size=2, datamodule=None)
+        trainer = SimpleNamespace(
+            callbacks=list(module.step_context().techniques), global_rank=rank, world_size=2, datamodule=None
+        )
         rollout = Rollout(engine=ScriptedEngine(script), sampling=SamplingConfig(n=2, max_new_tokens=16))
         rollout.max_refill_rounds = 0  # the first round is the step
         batch = {"problems": problems, "index": 0}

@@ -14,6 +14,7 @@ from helpers.technique_fit import rollout
 from lite_ppo import LitePPO
 from lite_ppo.callbacks import AdvantageNormalization, LossAggregation
 from lite_ppo.errors import UserError
+from lite_ppo.policy_module import rollout_of
 from lite_ppo.training.rollout_source import NO_SOURCE
 
 
@@ -65,7 +66,7 @@ class Seen(GivenRollouts):
         return self.given[-1]
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.outputs.append(outputs["rollout"])
+        self.outputs.append(rollout_of(outputs))
 
 
 def test_the_step_trains_on_the_sources_batch_and_returns_it_updated(tiny_model_path):

@@ -20,6 +20,7 @@ from lite_ppo.data.datamodule import MathDataModule
 from lite_ppo.errors import UserError
 from lite_ppo.metric_names import OVERLONG_PROMPTS_DROPPED
 from lite_ppo.ops.advantages import normalized_advantages
+from lite_ppo.policy_module import rollout_of
 from lite_ppo.rollout import HFEngine, SamplingConfig
 from lite_ppo.training.module import LitePPO
 
@@ -172,7 +173,7 @@ class _Seen(Callback):
         self.prompt_lengths: list[int] = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        rollout = outputs["rollout"]
+        rollout = rollout_of(outputs)
         self.ids += rollout.extras["problem_id"]
         width = rollout.response_mask.shape[1]
         self.prompt_lengths += rollout.attention_mask[:, :-width].sum(-1).tolist()

@@ -35,6 +35,8 @@ class PolicyModule(Protocol):
     policy_version: int
     #: Whether the policy trains LoRA adapters (its frozen base is then ``adapters_disabled``).
     has_adapters: bool
+    #: The module's init arguments, read-only (``Diagnostics`` writes them to TensorBoard's HPARAMS tab).
+    hparams: Any
 
     @property
     def device(self) -> torch.device: ...
@@ -80,3 +82,19 @@ class PhaseListener(Protocol):
     progress bar shows the phase. Any callback with this method is called, in callback order."""
 
     def on_phase(self, trainer: Any, module: Any) -> None: ...
+
+
+#: The key under which ``training_step`` and ``validation_step`` return their batch: under manual
+#: optimization Lightning takes a step's ``outputs`` as a dict (or a tensor), and hands it to every
+#: callback's ``on_train_batch_end`` / ``on_validation_batch_end``.
+STEP_OUTPUT_KEY = "rollout"
+
+
+def step_outputs(rollout: RolloutBatch) -> dict[str, RolloutBatch]:
+    """A step's ``outputs``: its final batch (after advantages, masks and old log-probs when training)."""
+    return {STEP_OUTPUT_KEY: rollout}
+
+
+def rollout_of(outputs: Any) -> RolloutBatch | None:
+    """The batch in a step's ``outputs`` (:func:`step_outputs`); None for another module's outputs."""
+    return outputs.get(STEP_OUTPUT_KEY) if isinstance(outputs, dict) else None

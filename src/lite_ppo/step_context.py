@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from lite_ppo.policy_module import PolicyModule
     from lite_ppo.rollout.settings import RunSettings
     from lite_ppo.step_metrics import StepMetrics
+    from lite_ppo.strategies.ranks import Ranks
+    from lite_ppo.technique import Technique
 
 
 @dataclass(frozen=True)
@@ -36,12 +38,23 @@ class StepContext:
     - ``settings``: the run's resolved rollout settings (sampling, generation budget, engine), the
       same object ``configure_run`` received; None in a run without a rollout callback (a test's
       fixed batches).
+    - ``techniques``: the run's techniques in callback order, found once at setup: the hooks the
+      rollout source calls in stage 1 (``shape_rewards``, ``on_rollout``, ``keep_groups``) and the
+      module in the later stages.
     """
 
     trainer: Any
     module: PolicyModule
     metrics: StepMetrics
     settings: RunSettings | None = None
+    techniques: tuple[Technique, ...] = ()
+
+    @property
+    def ranks(self) -> Ranks:
+        """Sums, gathers and means over the data-parallel ranks (single-process: the values themselves)."""
+        from lite_ppo.strategies.ranks import Ranks
+
+        return Ranks(self.trainer)
 
     @property
     def rank(self) -> int:

@@ -72,6 +72,12 @@ def whitened(
     return (x - mean) / torch.sqrt(std**2 + eps)
 
 
+def outcome_returns(rewards: torch.Tensor, group_ids: torch.Tensor, group_baseline: bool = False) -> torch.Tensor:
+    """x_i: the outcome return r_i (REINFORCE++) or r_i minus its group's mean reward
+    (REINFORCE++-baseline, :func:`group_baseline_residuals`), float64 [B]."""
+    return group_baseline_residuals(rewards, group_ids) if group_baseline else rewards.double()
+
+
 def reinforce_pp_advantages(
     rewards: torch.Tensor,
     group_ids: torch.Tensor,
@@ -80,7 +86,9 @@ def reinforce_pp_advantages(
     eps: float = 1e-8,
     stats: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """REINFORCE++ (``group_baseline=False``) or REINFORCE++-baseline advantages [B], float64.
+    """REINFORCE++ (``group_baseline=False``) or REINFORCE++-baseline advantages [B], float64: the
+    two steps the ``ReinforcePlusPlus`` callback runs (it gathers ``stats`` over ranks in between),
+    :func:`outcome_returns` then :func:`whitened`.
 
     Args:
         rewards: [B] outcome rewards (the return of every token of the response).
@@ -88,8 +96,7 @@ def reinforce_pp_advantages(
         weights: [B] how many times each response counts in the batch statistics (verl: its length).
         stats: the global (mean, std) of the baselined returns over all ranks; this batch's when None.
     """
-    x = group_baseline_residuals(rewards, group_ids) if group_baseline else rewards.double()
-    return whitened(x, weights, eps, stats)
+    return whitened(outcome_returns(rewards, group_ids, group_baseline), weights, eps, stats)
 
 
 def kl_shaped_returns(x: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, beta: float) -> torch.Tensor:

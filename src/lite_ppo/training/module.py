@@ -19,7 +19,8 @@ from lite_ppo.ops import (
     mini_batch_rows,
     policy_objective,
 )
-from lite_ppo.policy_module import PhaseListener
+from lite_ppo.policy_module import PhaseListener, step_outputs
+from lite_ppo.reliability.divergence import divergence_guard_of
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.rollout.settings import SettingsListener
 from lite_ppo.step_context import StepContext
@@ -161,6 +162,9 @@ class LitePPO(LightningModule):
         self._warned_no_engine_logprobs = False
         self._hf_zero3_token = None  # keeps transformers' ZeRO-3 flag alive as long as the policy (configure_model)
         self._sources = SourceSlot()  # the rollout callback registers here at setup
+        # Found once per fit, at setup: the techniques (callback order) and the divergence guard.
+        self._techniques: list[Technique] = []
+        self.divergence_guard = divergence_guard_of(None)
         self.scorer = PolicyScorer(self)  # forward passes over responses: the update's, old log-probs', techniques'
         self.checkpoint_contents = CheckpointContents(self)  # what a checkpoint holds beside Lightning's state
 
@@ -180,9 +184,11 @@ class LitePPO(LightningModule):
         # before configure_model: refuse settings that cannot work while no weights have loaded
         # yet (lite_ppo.training.preflight says what is checked).
         self.rollout_source  # noqa: B018  (a run without a rollout callback stops here, not at step 1)
+        self._techniques = techniques_of(self.trainer)
+        self.divergence_guard = divergence_guard_of(self.trainer)  # skips non-finite optimizer steps, or a no-op
         # The rollout settings, resolved once by their owner and handed to every callback that
         # declares configure_run (every technique, the evaluation), so none looks up another.
-        settings = getattr(self.rollout_source, "settings", None)  # a test's fixed batches have none
+        settings = self._sources.settings()  # None for a source without them (a test's fixed batches)
         if settings is not None:
             for callback in self.trainer.callbacks:
                 if isinstance(callback, SettingsListener):
@@ -191,7 +197,7 @@ class LitePPO(LightningModule):
             check_fit_settings(self.trainer, self)
             # A repeated or conflicting technique, a misspelt hook, no or two advantage estimators: one
             # line naming the techniques, before the weights load.
-            self._estimator = check_techniques(techniques_of(self.trainer))
+            self._estimator = check_techniques(self._techniques)
 
     def configure_model(self) -> None:
         if self.policy is not None:
@@ -252,7 +258,7 @@ class LitePPO(LightningModule):
         # A checkpoint holds the weights after its step's updates, which is what a resume continues from:
         # Lightning's advice to save the pre-optimization state under manual optimization does not apply.
         warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
-        techniques = techniques_of(self.trainer)
+        techniques = self._techniques
         self.loss_config = build_loss_config(
             PolicyLossConfig(clip_low=self.hparams.clip_eps, clip_high=self.hparams.clip_eps), techniques
         )
@@ -273,7 +279,7 @@ class LitePPO(LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, RolloutBatch]:
         """One RL step, in the order of the hook contract (``lite_ppo.technique``); returns the final
         batch as the step's ``outputs``."""
-        techniques, ctx = techniques_of(self.trainer), self.step_context()
+        techniques, ctx = self._techniques, self.step_context()
         # 1. Rollout: generated, scored, shaped, filtered and refilled by the rollout source.
         rollout = self.rollout_source.training_rollout(self.trainer, self, batch, batch_idx)
         # 2. Advantages, from the one estimator.
@@ -315,7 +321,7 @@ class LitePPO(LightningModule):
             part = {k: v for k, v in scalars.items() if (k in LIVE) == prog_bar}
             self.log_dict(part, on_step=True, on_epoch=False, batch_size=rollout.num_responses, prog_bar=prog_bar)
         self.report_phase(None)
-        return {"rollout": rollout}
+        return step_outputs(rollout)
 
     def _advantages(self, ctx: StepContext, rollout: RolloutBatch) -> torch.Tensor:
         """The estimator's advantages, float32, [B] (or [B, R] with ``per_token_advantages``)."""
@@ -335,13 +341,13 @@ class LitePPO(LightningModule):
         source = self.rollout_source
         if not isinstance(source, ValidationRolloutSource):
             raise UserError(f"{type(source).__name__} cannot generate validation batches (no validation_rollout)")
-        return {"rollout": source.validation_rollout(self.trainer, self, batch, batch_idx)}
+        return step_outputs(source.validation_rollout(self.trainer, self, batch, batch_idx))
 
     # -- pieces --------------------------------------------------------------------------------------
     def step_context(self) -> StepContext:
         """What this step's technique hooks receive first: the trainer, this module, the step's
         metrics and the run's rollout settings (``lite_ppo.step_context``)."""
-        return StepContext(self._trainer, self, self.step_metrics, self._sources.settings())
+        return StepContext(self._trainer, self, self.step_metrics, self._sources.settings(), tuple(self._techniques))
 
     def report_phase(self, phase: str | None, done: int = 0, total: int = 0) -> None:
         """Say what the training step is doing now (``"generating"``, ``"updating"`` 2 of 4, ...;

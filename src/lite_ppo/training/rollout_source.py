@@ -5,9 +5,10 @@ and teardown in callback hooks); this is the one declared hand-off. The callback
 its ``setup`` hook (:meth:`LitePPO.use_rollout_source`), and the module's ``training_step`` asks it
 for the step's batch as stage 1. A fit without a source stops at start with a one-line error.
 
-A source may also carry ``settings`` (a :class:`~lite_ppo.rollout.settings.RunSettings`): the module
-hands them to every technique at setup (``Technique.configure_run``), so no technique looks for the
-rollout callback itself.
+A source may also carry ``settings`` (a :class:`~lite_ppo.rollout.settings.RunSettings`; it is then a
+:class:`SettingsSource`): they are read once per fit, and the module hands them to every technique at
+setup (``Technique.configure_run``) and in every step's context, so no technique looks for the rollout
+callback itself. A source without them (a test's fixed batches) gives techniques ``None``.
 
 A test or a benchmark that trains on fixed batches registers its own source the same way::
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from lite_ppo.policy_module import PolicyModule
     from lite_ppo.rollout.batch import RolloutBatch
+    from lite_ppo.rollout.settings import RunSettings
 
 
 @runtime_checkable
@@ -52,6 +54,14 @@ class ValidationRolloutSource(RolloutSource, Protocol):
     ) -> RolloutBatch: ...
 
 
+@runtime_checkable
+class SettingsSource(RolloutSource, Protocol):
+    """A source that says what the run generates with (the ``Rollout`` callback does)."""
+
+    @property
+    def settings(self) -> RunSettings: ...
+
+
 NO_SOURCE = (
     "no rollout source: add `lite_ppo.callbacks.Rollout` under trainer.callbacks (it generates each step's responses)"
 )
@@ -63,6 +73,8 @@ class SourceSlot:
 
     def __init__(self) -> None:
         self._entry: tuple[Any, RolloutSource] | None = None
+        self._settings: RunSettings | None = None
+        self._settings_read = False
 
     def register(self, trainer: Any, source: RolloutSource) -> None:
         """Remember ``source`` for ``trainer``; a second, different source in one trainer is refused."""
@@ -76,6 +88,7 @@ class SourceSlot:
                     f"{type(source).__name__}): keep one"
                 )
         self._entry = (trainer, source)
+        self._settings, self._settings_read = None, False
 
     def source(self, trainer: Any) -> RolloutSource:
         """``trainer``'s source; a one-line error when no callback of it registered one."""
@@ -83,6 +96,11 @@ class SourceSlot:
             raise UserError(NO_SOURCE)
         return self._entry[1]
 
-    def settings(self) -> Any:
-        """The last registered source's run settings (``RunSettings``), None without them."""
-        return getattr(self._entry[1], "settings", None) if self._entry is not None else None
+    def settings(self) -> RunSettings | None:
+        """The registered source's run settings, read once (the first call after it registered); None
+        without a source or when it is not a :class:`SettingsSource`."""
+        if not self._settings_read and self._entry is not None:
+            source = self._entry[1]
+            self._settings = source.settings if isinstance(source, SettingsSource) else None
+            self._settings_read = True
+        return self._settings

@@ -18,7 +18,6 @@ import torch
 
 from lite_ppo import metric_names as names
 from lite_ppo.ops import PolicyObjective, aggregate_loss, aggregation_denominator, policy_objective
-from lite_ppo.reliability.divergence import divergence_guard_of
 from lite_ppo.rollout.batch import RolloutBatch
 from lite_ppo.step_context import StepContext
 from lite_ppo.strategies.ranks import Ranks
@@ -42,7 +41,7 @@ def ppo_update(
     """The ``num_mini_batches`` optimizer steps on ``rollout``, each micro-batch's old log-probs
     from ``old``; their scalars go to the step's metrics (``ctx.metrics``)."""
     optimizer, scheduler = module.optimizers(), module.lr_schedulers()
-    guard = divergence_guard_of(module.trainer)  # skips optimizer steps with a non-finite loss or grad norm
+    guard = module.divergence_guard  # skips optimizer steps with a non-finite loss or grad norm (found at setup)
     metrics = ctx.metrics
     update = _Update(techniques, ctx, policy_objective(module.loss_config.objective), module.mini_batches(rollout), old)
     for step, step_rows in enumerate(update.mini_batches):
