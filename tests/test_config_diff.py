@@ -4,7 +4,7 @@ settings in which their saved configs differ, computed here on hand-made configs
 from __future__ import annotations
 
 from lite_ppo.research.config_diff import config_differences, describe_differences
-from lite_ppo.research.run_dir import earlier_namesake
+from lite_ppo.research.run_naming import earlier_namesake
 
 
 def _callbacks(*entries):

@@ -456,3 +456,19 @@ def test_the_sibling_check_sees_a_lookup(tmp_path):
         "    ctx.techniques  # what a callback is given instead\n"
     )
     assert _sibling_lookups(source) == [2, 3, 6, 7]
+
+
+def test_contributing_tells_the_stages_that_training_step_runs():
+    """The numbered stages of ``LitePPO.training_step`` (its ``# N. Name`` comments) are the stages
+    CONTRIBUTING's "One training step" lists, in order: a stage added, moved or renamed in the code
+    fails here until the guide says so."""
+    import inspect
+    import re
+
+    from helpers.paths import REPO
+    from lite_ppo.training.module import LitePPO
+
+    code = re.findall(r"^\s+# (\d)\. ([^:,.(\n]+?)\s*[:,.(]", inspect.getsource(LitePPO.training_step), re.M)
+    guide = re.findall(r"^   (\d)\. \*\*([a-z -]+)\*\*", (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8"), re.M)
+    assert len(code) == 6, code
+    assert [(n, name.lower()) for n, name in code] == guide

@@ -234,3 +234,28 @@ def test_no_module_imports_itself_back():
     graph = module_graph()
     cycles = sorted(name for name in graph if name in _reachable(graph, name))
     assert not cycles, f"modules on an import cycle: {cycles}"
+
+
+def _technique_imports() -> dict[str, list[str]]:
+    """For every shipped callback file that defines a technique: what it imports of training, research
+    and the command line (above the declared interface: ``lite_ppo.technique``, ``policy_module``,
+    ``step_context``)."""
+    modules = _modules()
+    found = {}
+    for name, path in modules.items():
+        if not name.startswith("lite_ppo.callbacks.") or "(Technique)" not in path.read_text(encoding="utf-8"):
+            continue
+        found[name] = sorted(
+            m
+            for m in _imports(name, path, set(modules))
+            if m.startswith(("lite_ppo.training", "lite_ppo.research", "lite_ppo.cli"))
+        )
+    return found
+
+
+def test_techniques_import_only_the_declared_interface_of_the_module():
+    """A technique reaches the module through ``ctx`` and ``PolicyModule`` (what test_hook_contract checks
+    member by member), never through the training package, whose insides may change."""
+    found = _technique_imports()
+    assert len(found) >= 15, sorted(found)  # the shipped techniques were found
+    assert {name: imports for name, imports in found.items() if imports} == {}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lite_ppo.research.run_dir import run_folder_of
 from lite_ppo.research.run_folder import RunDir
+from lite_ppo.research.run_naming import run_folder_of
 from lite_ppo.research.run_record import read_run_record
 from lite_ppo.research.runs import find_runs
 

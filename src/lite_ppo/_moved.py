@@ -1,4 +1,4 @@
-"""One-release aliases of the modules that moved out of the package root after 0.1.
+"""One-release aliases of the modules that moved after 0.1 (most out of the package root).
 
 ``import lite_ppo.module`` (a ``class_path``, a pickled reference, a user's import) still works: it
 returns the module at its new path (the same object, so classes are identical) and warns once
@@ -27,6 +27,7 @@ MOVED = {
     "lite_ppo.prepare_model": "lite_ppo.cli.prepare_model",
     "lite_ppo.ranks": "lite_ppo.strategies.ranks",
     "lite_ppo.weight_gather": "lite_ppo.strategies.weight_gather",
+    "lite_ppo.research.run_dir": "lite_ppo.research.run_naming",
 }
 
 

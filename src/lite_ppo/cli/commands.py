@@ -181,7 +181,7 @@ def _run(argv: list[str] | None) -> int | None:
             raise UserError(f"{hint}; the commands are: {', '.join(_BY_NAME)} (see `{PROG} --help`)")
         if command.lightning and argv is None:
             # `fit|validate|test --help` from the stored text when nothing it depends on changed
-            # (lite_ppo.cli.help_cache): LightningCLI's parser takes ~6 s to build, most of it imports.
+            # (lite_ppo.cli.help_cache): LightningCLI's parser takes seconds to build, most of it imports.
             from lite_ppo.cli.help_cache import serve
 
             status = serve(name, rest)

@@ -1,6 +1,6 @@
 """A cache of the ``--help`` text of ``lite-ppo fit|validate|test``, so that it answers in a fraction
-of a second instead of the ~6 s that building LightningCLI's parser costs (``import lightning.pytorch``
-alone imports torch, torchmetrics and, through it, transformers).
+of a second instead of the seconds that building LightningCLI's parser costs (``import lightning.pytorch``
+alone imports torch, torchmetrics and, through it, transformers; docs/benchmarks.md has the figures).
 
 The first ``lite-ppo fit --help`` runs the real help in a child process (the same command line, cache
 off), prints what it printed and stores its stdout under ``$LITE_PPO_CACHE/help`` (else
@@ -30,8 +30,8 @@ three commands at the current terminal width (``make install`` does, so the firs
 
 Example::
 
-    lite-ppo fit --help          # first call: ~6 s, stored
-    lite-ppo fit --help          # ~0.2 s, the same bytes
+    lite-ppo fit --help          # first call: builds the parser, stores the text
+    lite-ppo fit --help          # the stored text: the same bytes, without the imports
     LITE_PPO_HELP_CACHE=0 lite-ppo fit --help   # always the real path
 """
 

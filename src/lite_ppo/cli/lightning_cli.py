@@ -43,7 +43,8 @@ from lite_ppo.data.seeding import run_seed
 from lite_ppo.errors import UserError, name_the_option, parser_message
 from lite_ppo.reliability import CheckpointIntegrity, DivergenceGuard, Preemption
 from lite_ppo.research.config_diff import config_differences, describe_differences
-from lite_ppo.research.run_dir import configure_evaluation_dir, earlier_namesake, prepare_fit_run
+from lite_ppo.research.run_folder import RunDir
+from lite_ppo.research.run_naming import configure_evaluation_dir, earlier_namesake, prepare_fit_run
 from lite_ppo.research.run_record import RunRecord
 from lite_ppo.technique import refuse_repeated_techniques
 from lite_ppo.training.module import LitePPO
@@ -53,7 +54,7 @@ TRAINER_DEFAULTS = {
     "logger": {
         "class_path": "lite_ppo.cli.tensorboard_logger.TensorBoardLogger",
         "init_args": {"save_dir": "runs", "name": None, "default_hp_metric": False},
-    },  # name/version unset: runs/<recipe>/<model>/seed<S> (research/run_dir.py)
+    },  # name/version unset: runs/<recipe>/<model>/seed<S> (research/run_naming.py)
     "num_sanity_val_steps": 0,
 }
 
@@ -78,7 +79,7 @@ class LitePPOCLI(LightningCLI):
     def __init__(self, *args: Any, only_subcommand: str | None = None, **kwargs: Any) -> None:
         # Building one subcommand's parser (not all of them) keeps `lite-ppo fit --help` short.
         self.only_subcommand = only_subcommand
-        self.run_dir: Path | None = None  # fit: the run folder (research/run_dir.py)
+        self.run_dir: Path | None = None  # fit: the run folder (research/run_naming.py)
         self.created_run_dir = False  # fit: the folder did not exist before this command
         self.evaluation_dir: Path | None = None  # validate/test of a run's checkpoint: <run>/<subcommand>
         self.limit: int | None = None  # validate/test --limit: the first N problems of each benchmark
@@ -197,11 +198,11 @@ class LitePPOCLI(LightningCLI):
         earlier = earlier_namesake(self.run_dir) if self.run_dir is not None and self.created_run_dir else None
         if earlier is None:
             return None
+        before = RunDir(earlier).config  # None when unreadable: nothing to compare with
         try:
-            before = yaml.safe_load((earlier / "config.yaml").read_text(encoding="utf-8"))
             now = yaml.safe_load(self._parser("fit").dump(self.config["fit"], skip_unset=False))
-        except (OSError, ValueError, TypeError, yaml.YAMLError):
-            return None  # an unreadable earlier config: nothing to compare with
+        except (ValueError, TypeError, yaml.YAMLError):
+            return None
         if not isinstance(before, dict) or not isinstance(now, dict):
             return None
         differences = config_differences(before, now)

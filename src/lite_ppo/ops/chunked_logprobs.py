@@ -63,7 +63,7 @@ class _ChunkedLogprobsEntropy(torch.autograd.Function):
         ctx.temperature, ctx.chunk_size, ctx.with_entropy = temperature, chunk_size, with_entropy
         # Backward recomputes logits: under the same autocast as this forward (mixed precision runs
         # the lm_head matmul in bf16 here), or the recomputed log-softmax would not match the lse
-        # kept from it (an fp32 recompute against a bf16 lse gave gradients 6 % off).
+        # kept from it (an fp32 recompute against a bf16 lse gave visibly wrong gradients).
         device = hidden.device.type
         ctx.autocast = (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
         # An output nobody differentiates (usually the entropy, a statistic) arrives as None in

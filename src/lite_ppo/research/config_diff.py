@@ -1,6 +1,6 @@
 """What sets two runs of one name apart: the settings in which their saved configs differ.
 
-A second run of a recipe, model and seed lands in ``seed<S>-1`` (:mod:`lite_ppo.research.run_dir`),
+A second run of a recipe, model and seed lands in ``seed<S>-1`` (:mod:`lite_ppo.research.run_naming`),
 whatever it changed. ``lite-ppo fit`` then says at start how its config differs from the newest earlier
 run of that name, so a run with ``--model.lr 1e-5`` is told apart from a plain repeat. The configs are
 compared as ``compare`` tells groups apart (:func:`lite_ppo.research.runs.experiment_config`,

@@ -51,7 +51,7 @@ class RunDir:
     def record(self) -> dict[str, Any] | None:
         """``run.json`` as a dict; None when absent or unreadable (a run from before the record)."""
         try:
-            loaded = json.loads((self.path / RUN_FILE).read_text())
+            loaded = json.loads((self.path / RUN_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         return loaded if isinstance(loaded, dict) else None
@@ -60,7 +60,7 @@ class RunDir:
     def config(self) -> dict[str, Any] | None:
         """LightningCLI's ``config.yaml`` as a dict; None when absent or not a mapping."""
         try:
-            loaded = yaml.safe_load((self.path / CONFIG_FILE).read_text())
+            loaded = yaml.safe_load((self.path / CONFIG_FILE).read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError):
             return None
         return loaded if isinstance(loaded, dict) else None

@@ -1,7 +1,7 @@
 """Find run directories and group the runs that differ only in their seed.
 
 A run directory holds TensorBoard event files and, when written by ``lite-ppo fit``, ``run.json``
-and LightningCLI's ``config.yaml`` (see :mod:`lite_ppo.research.run_dir`). Two runs belong to one
+and LightningCLI's ``config.yaml`` (see :mod:`lite_ppo.research.run_naming`). Two runs belong to one
 group when their merged configs are equal after removing what does not change the experiment: the
 seed, where files go (logger, checkpoint and output folders) and the run record itself. Runs
 without ``config.yaml`` fall back to ``run.json`` (recipe, model, data), and runs with neither to
@@ -58,7 +58,7 @@ class Run:
             return str(self.record["model_name"])
         model_path = ((self.config or {}).get("model") or {}).get("model_path")
         if model_path:
-            from lite_ppo.research.run_dir import model_name
+            from lite_ppo.research.run_naming import model_name
 
             return model_name(model_path)
         return self.path.parent.name if _SEED_DIR.match(self.path.name) else ""

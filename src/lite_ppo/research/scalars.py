@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lite_ppo.research.run_folder import RunDir
+
 __all__ = ["ScalarTable", "Series", "has_events", "read_many", "read_scalars"]
 
 
@@ -66,7 +68,7 @@ def read_scalars(run_dir: str | Path) -> dict[str, Series]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run_dir = Path(run_dir)
-    if not any(run_dir.glob("*tfevents*")):
+    if not RunDir(run_dir).events:
         return {}
     accumulator = EventAccumulator(str(run_dir), size_guidance=_SIZE_GUIDANCE)
     accumulator.Reload()
@@ -83,7 +85,7 @@ def has_events(run_dir: str | Path) -> bool:
     are damaged, empty or not TensorBoard files (tensorboard's reader then yields nothing)."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-    for path in sorted(Path(run_dir).glob("*tfevents*")):
+    for path in RunDir(Path(run_dir)).events:
         try:
             if next(iter(EventFileLoader(str(path)).Load()), None) is not None:
                 return True

@@ -21,7 +21,7 @@ from lite_ppo.errors import UserError
 from lite_ppo.metric_names import OVERLONG_PROMPTS_DROPPED
 from lite_ppo.rewards import MathVerifyReward
 from lite_ppo.rollout.batch import RolloutBatch
-from lite_ppo.rollout.context import context_limit
+from lite_ppo.rollout.context import context_limit, prompt_budget
 from lite_ppo.rollout.default import default_engine
 from lite_ppo.rollout.engine import Generation, RolloutEngine, SamplingConfig
 
@@ -162,10 +162,10 @@ class RolloutProducer:
         """``max_prompt_tokens``, else the context minus ``sampling.max_new_tokens``: the model's
         (``max_position_embeddings``) or the engine's ``max_model_len`` when smaller (None when
         neither is known)."""
-        if self.max_prompt_tokens is not None:
+        if self.max_prompt_tokens is not None:  # no need to read the model's context
             return self.max_prompt_tokens
         limit = context_limit(getattr(getattr(source, "policy", None), "config", None), self.engine)
-        return limit.tokens - sampling.max_new_tokens if limit is not None else None
+        return prompt_budget(limit.tokens if limit is not None else None, sampling.max_new_tokens)
 
     def fitting_problems(
         self,

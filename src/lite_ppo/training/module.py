@@ -15,10 +15,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lite_ppo.errors import UserError
 from lite_ppo.models import load_causal_lm, load_tokenizer, resolve_model
 from lite_ppo.models.lora import LoraSettings, is_lora_model
-from lite_ppo.ops import (
-    mini_batch_rows,
-    policy_objective,
-)
+from lite_ppo.ops import mini_batch_rows, policy_objective
+from lite_ppo.ops.factors import multiply_factors
 from lite_ppo.policy_module import PhaseListener, step_outputs
 from lite_ppo.reliability.divergence import divergence_guard_of
 from lite_ppo.rollout.batch import RolloutBatch
@@ -108,7 +106,7 @@ class LitePPO(LightningModule):
             micro-batch of every step, and the step falls back to ``reuse_first``, with a warning,
             when they differ from the trainer's by more than ``engine_logprob_tolerance``.
         fused_optimizer: torch's fused AdamW kernel where the device supports it (not under
-            DeepSpeed); the same update up to float rounding, several times faster on CPU.
+            DeepSpeed); the same update up to float rounding, faster on CPU (docs/benchmarks.md).
         engine_logprob_tolerance: largest mean |log pi_trainer - log pi_engine| per token (nats)
             for which ``engine`` uses the engine's log-probs.
         lora: ``{r, alpha, dropout, target_modules}`` to train LoRA adapters through peft instead of
@@ -286,8 +284,8 @@ class LitePPO(LightningModule):
         rollout = replace(rollout, advantages=self._advantages(ctx, rollout))
         # 3. Loss masks (they multiply).
         masks = [t.loss_mask(ctx, rollout) for t in techniques]
-        rollout = replace(rollout, loss_mask=_product(rollout.loss_mask, masks))
-        # 4. Old log-probs known before the update (pi_old's entropy from the same pass when a
+        rollout = replace(rollout, loss_mask=multiply_factors(rollout.loss_mask, masks))
+        # 4. Old log-probs: those known before the update (pi_old's entropy from the same pass when a
         #    technique needs it); with all of them known, token weights and the policy mask.
         start = time.perf_counter()
         old = self._old_logprobs(rollout, techniques)
@@ -297,9 +295,9 @@ class LitePPO(LightningModule):
         old_logprob_s = time.perf_counter() - start
         if old.source == "recompute":
             weights = [t.token_weights(ctx, rollout) for t in techniques]
-            rollout = replace(rollout, token_weights=_product(rollout.token_weights, weights))
+            rollout = replace(rollout, token_weights=multiply_factors(rollout.token_weights, weights))
             selections = [t.policy_mask(ctx, rollout) for t in techniques]
-            rollout = replace(rollout, policy_mask=_product(rollout.policy_mask, selections))
+            rollout = replace(rollout, policy_mask=multiply_factors(rollout.policy_mask, selections))
             for technique in techniques:
                 technique.before_update(ctx, rollout)
         # 5. The update: num_mini_batches optimizer steps (lite_ppo.training.update).
@@ -412,11 +410,3 @@ class LitePPO(LightningModule):
 
     def packs_prompts(self, model: torch.nn.Module | None = None) -> bool:
         return self.scorer.packs_prompts(model)
-
-
-def _product(base: torch.Tensor | None, factors: list[torch.Tensor | None]) -> torch.Tensor | None:
-    """``base`` times every factor that is not None (None stands for ones; all None gives ``base``)."""
-    for factor in factors:
-        if factor is not None:
-            base = factor.to(torch.float32) if base is None else base * factor.to(base.dtype)
-    return base

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from lite_ppo.errors import UserError
 from lite_ppo.ops import MINI_BATCH_SPLITS
-from lite_ppo.rollout.context import context_limit, model_context
+from lite_ppo.rollout.context import context_limit, model_context, prompt_budget
 from lite_ppo.training.old_logprobs import OLD_LOGPROB_SOURCES
 from lite_ppo.training.schedule import short_run_note
 
@@ -208,12 +208,12 @@ def _check_context(model_path: str, rollout: Any) -> None:
     max_prompt = getattr(rollout, "max_prompt_tokens", None)
     for section, sampling in (("rollout.sampling", rollout.sampling), ("rollout.eval_sampling", rollout.eval_sampling)):
         new = sampling.max_new_tokens
-        if new >= context:
+        if prompt_budget(context, new) < 1:
             raise UserError(
                 f"{section}.max_new_tokens={new} leaves no room for a prompt in the model's context of "
                 f"{context} tokens ({source}): use at most {context - 1}"
             )
-        if max_prompt is not None and max_prompt + new > context:
+        if max_prompt is not None and max_prompt > prompt_budget(context, new):
             raise UserError(
                 f"rollout.max_prompt_tokens={max_prompt} + {section}.max_new_tokens={new} = {max_prompt + new} "
                 f"exceeds the model's context of {context} tokens ({source})"

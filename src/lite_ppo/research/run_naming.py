@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from lite_ppo.errors import UserError
-from lite_ppo.research.run_folder import RunDir
+from lite_ppo.research.run_folder import CONFIG_FILE, RunDir
 
 __all__ = [
     "DEFAULT_RECIPE",
@@ -116,7 +116,7 @@ def earlier_namesake(run_dir: Path) -> Path | None:
         return None
     base, k = match.group(1), int(match.group(2))
     for name in [f"{base}-{j}" for j in range(k - 1, 0, -1)] + [base]:
-        if (run_dir.parent / name / "config.yaml").is_file():
+        if (run_dir.parent / name / CONFIG_FILE).is_file():
             return run_dir.parent / name
     return None
 

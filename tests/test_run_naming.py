@@ -11,7 +11,7 @@ import pytest
 
 from helpers.paths import REPO
 from lite_ppo.errors import UserError
-from lite_ppo.research.run_dir import claim_version, configure_run_dir, model_name, prepare_fit_run, unique_version
+from lite_ppo.research.run_naming import claim_version, configure_run_dir, model_name, prepare_fit_run, unique_version
 from lite_ppo.research.run_record import RunRecord
 
 TB = "lightning.pytorch.loggers.TensorBoardLogger"
@@ -82,7 +82,7 @@ def test_configure_fills_only_what_is_unset(tmp_path):
 
 
 def test_validate_and_test_of_a_run_checkpoint_log_into_the_run(tmp_path):
-    from lite_ppo.research.run_dir import configure_evaluation_dir
+    from lite_ppo.research.run_naming import configure_evaluation_dir
 
     run = tmp_path / "runs" / "lite_ppo" / "tiny" / "seed7"
     (run / "checkpoints").mkdir(parents=True)
