@@ -256,9 +256,9 @@ class LitePPO(LightningModule):
         # A checkpoint holds the weights after its step's updates, which is what a resume continues from:
         # Lightning's advice to save the pre-optimization state under manual optimization does not apply.
         warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
-        techniques = self._techniques
+        # Built here, after a resume restored the techniques' states (setup only checked that it builds).
         self.loss_config = build_loss_config(
-            PolicyLossConfig(clip_low=self.hparams.clip_eps, clip_high=self.hparams.clip_eps), techniques
+            PolicyLossConfig(clip_low=self.hparams.clip_eps, clip_high=self.hparams.clip_eps), self._techniques
         )
         objective = policy_objective(self.loss_config.objective)
         if objective.aggregation is not None and objective.aggregation != self.loss_config.aggregation:
