@@ -275,6 +275,7 @@ def test_an_aggregation_other_than_the_papers_is_warned_about_at_fit_start():
         ([LossAggregation("seq-mean-token-sum")], False),  # ppo_clip: any aggregation
     ]:
         module._trainer = SimpleNamespace(callbacks=techniques)
+        module._techniques = techniques  # what setup finds in the trainer's callbacks
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             module.on_fit_start()
