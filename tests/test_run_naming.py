@@ -188,18 +188,24 @@ def test_run_record_lifecycle(tmp_path):
     assert stopped["checkpoint"] is None
 
 
+def _quick_grpo_fit(*extra: str) -> list[str]:
+    """argv of a seconds-long GRPO fit of the smoke model, seed 3, into ``runs/grpo/tiny-arith/seed3...``."""
+    return [
+        "fit",
+        "--config", str(REPO / "configs/recipes/grpo.yaml"),
+        "--config", str(REPO / "configs/models/tiny.yaml"),
+        "--seed_everything=3",
+        "--data.prompts_per_step=2", "--rollout.sampling.max_new_tokens=4",
+        *extra,
+    ]  # fmt: skip
+
+
 @pytest.mark.slow
 def test_fit_twice_gets_two_named_run_dirs(tmp_path, tiny_model_path, monkeypatch, capsys):
     from lite_ppo.cli import main
 
     monkeypatch.chdir(tmp_path)
-    args = [
-        "fit",
-        "--config", str(REPO / "configs/recipes/grpo.yaml"),
-        "--config", str(REPO / "configs/models/tiny.yaml"),
-        "--seed_everything=3",
-        "--data.steps_per_epoch=1", "--data.prompts_per_step=2", "--rollout.sampling.max_new_tokens=4",
-    ]  # fmt: skip
+    args = _quick_grpo_fit("--data.steps_per_epoch=1")
     # A start that fails (two advantage estimators: refused in setup, after the folder was made)
     # leaves no folder, so the next real run is seed3, not seed3-1.
     with pytest.raises(SystemExit):
@@ -252,14 +258,7 @@ def test_a_fit_into_another_runs_folder_is_refused_and_touches_nothing(tmp_path,
     (live / "run.json").write_text('{"status": "running"}\n')
     (live / "config.yaml").write_text("the live run's\n")
     before = {p.name: p.read_bytes() for p in live.iterdir()}
-    args = [
-        "fit",
-        "--config", str(REPO / "configs/recipes/grpo.yaml"),
-        "--config", str(REPO / "configs/models/tiny.yaml"),
-        "--seed_everything=3",
-        "--trainer.logger.init_args.version=seed3",
-        "--data.steps_per_epoch=1", "--data.prompts_per_step=2", "--rollout.sampling.max_new_tokens=4",
-    ]  # fmt: skip
+    args = _quick_grpo_fit("--trainer.logger.init_args.version=seed3", "--data.steps_per_epoch=1")
     with pytest.raises(SystemExit):
         main(args)
     err = capsys.readouterr().err.strip().splitlines()
@@ -285,13 +284,7 @@ def test_a_run_that_fails_beside_a_live_namesake_removes_only_its_own_folder(tmp
     from lite_ppo.cli import main
 
     monkeypatch.chdir(tmp_path)
-    args = [
-        "fit",
-        "--config", str(REPO / "configs/recipes/grpo.yaml"),
-        "--config", str(REPO / "configs/models/tiny.yaml"),
-        "--seed_everything=3",
-        "--data.prompts_per_step=2", "--rollout.sampling.max_new_tokens=4",
-    ]  # fmt: skip
+    args = _quick_grpo_fit()
     marker, release = tmp_path / "held", tmp_path / "release"
     hold = json.dumps(
         {"class_path": "helpers.reliability_faults.HoldAfterStep",

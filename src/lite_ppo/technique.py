@@ -10,7 +10,8 @@ file does too. A method of a technique that looks like a hook but is not one (``
 is refused before any weights load (:func:`check_hook_names`, in the module's ``setup``).
 
 Every per-step hook takes the same first argument, the step's :class:`~lite_ppo.step_context.StepContext`
-(``ctx.trainer``, ``ctx.module``, ``ctx.metrics``, ``ctx.settings``), then what the hook is about:
+(``ctx.trainer``, ``ctx.module``, ``ctx.metrics``, ``ctx.settings``, ``ctx.techniques``, ``ctx.ranks``),
+then what the hook is about:
 ``hook(self, ctx, batch)``; ``extra_loss_terms(self, ctx, minibatch)``; ``on_update_end(self, ctx,
 batch, stats)``. A technique written with the earlier signatures (``trainer, module, batch[,
 metrics]``) still runs for one release, through an adapter, with one deprecation line naming the
