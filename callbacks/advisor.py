@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
@@ -13,6 +12,7 @@ from typing_extensions import override
 
 from lite_ppo.research.context import RunContext, context_from_config
 from lite_ppo.research.rules import RULE_TAGS, Finding, advise, format_findings
+from lite_ppo.research.run_folder import RunDir
 from lite_ppo.research.scalars import Series
 
 __all__ = ["TechniqueAdvisor"]
@@ -94,11 +94,9 @@ class TechniqueAdvisor(Callback):
 
     def _context(self, trainer: Trainer, pl_module: LightningModule) -> RunContext:
         log_dir = trainer.log_dir
-        config_path = Path(log_dir) / "config.yaml" if log_dir else None
-        if config_path is not None and config_path.is_file():
-            loaded = yaml.safe_load(config_path.read_text())
-            if isinstance(loaded, dict):
-                return context_from_config(loaded, self.model_kind)
+        saved = RunDir(Path(log_dir)).config if log_dir else None  # the config.yaml LightningCLI saved
+        if saved is not None:
+            return context_from_config(saved, self.model_kind)
         # No saved config (a Trainer built in Python): describe the run's techniques the same way.
         techniques = pl_module.step_context().techniques
         callbacks = [{"class_path": type(t).__name__, "init_args": dict(vars(t))} for t in techniques]
