@@ -38,7 +38,7 @@ from lite_ppo.technique import (
 )
 from lite_ppo.training.checkpoint_contents import CheckpointContents
 from lite_ppo.training.frozen_model import load_frozen_model
-from lite_ppo.training.old_logprobs import OldLogprobs, choose_source
+from lite_ppo.training.old_logprobs import OldLogprobPolicy, OldLogprobs
 from lite_ppo.training.policy_scorer import PolicyScorer
 from lite_ppo.training.preflight import check_fit_settings, check_module_arguments, check_techniques
 from lite_ppo.training.rollout_source import RolloutSource, SourceSlot, ValidationRolloutSource
@@ -157,7 +157,8 @@ class LitePPO(LightningModule):
         self.phase: tuple[str, int, int] | None = None  # what the step is doing now (see report_phase)
         self.loss_config = PolicyLossConfig(clip_low=clip_eps, clip_high=clip_eps)
         self.step_metrics = StepMetrics()  # this training step's scalars, the techniques' included
-        self._warned_no_engine_logprobs = False
+        # Each step's old log-probs: model.old_logprobs, or recompute when a technique needs them all up front.
+        self.old_logprob_policy = OldLogprobPolicy(old_logprobs, engine_logprob_tolerance, rank_zero_warn)
         self._hf_zero3_token = None  # keeps transformers' ZeRO-3 flag alive as long as the policy (configure_model)
         self._sources = SourceSlot()  # the rollout callback registers here at setup
         # Found once per fit, at setup: the techniques (callback order) and the divergence guard.
@@ -368,25 +369,14 @@ class LitePPO(LightningModule):
         return mini_batch_rows(rollout.group_ids.cpu(), self.hparams.num_mini_batches, self.hparams.mini_batch_split)
 
     def _old_logprobs(self, rollout: RolloutBatch, techniques: list[Technique]) -> OldLogprobs:
-        """This step's old log-probs (``lite_ppo.training.old_logprobs``): ``model.old_logprobs``, or
-        ``recompute`` when a technique needs them all before the update."""
-        source, why = choose_source(
-            self.hparams.old_logprobs,
-            needs_all_up_front=any(needs_old_logprobs_up_front(t) for t in techniques),
-            engine_reports=rollout.engine_logprobs is not None,
-        )
-        if why is not None and not self._warned_no_engine_logprobs:
-            rank_zero_warn(why)
-            self._warned_no_engine_logprobs = True
-        return OldLogprobs(
+        """This step's old log-probs (``lite_ppo.training.old_logprobs``)."""
+        return self.old_logprob_policy.for_step(
             rollout,
-            source,
+            needs_all_up_front=any(needs_old_logprobs_up_front(t) for t in techniques),
             later_rows=torch.cat(self.mini_batches(rollout)[1:]) if self.hparams.num_mini_batches > 1 else None,
             score=self.scorer.score_without_gradient,
             global_sum=Ranks(self._trainer).sum,
-            tolerance=self.hparams.engine_logprob_tolerance,
             metrics=self.step_metrics,
-            warn=rank_zero_warn,
         )
 
     # -- scoring (lite_ppo.training.policy_scorer; techniques call these) ------------------------------

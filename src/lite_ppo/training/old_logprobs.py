@@ -140,3 +140,35 @@ def choose_source(
     if wanted == "engine" and not engine_reports:
         return "reuse_first", "model.old_logprobs=engine: the rollout engine reports no log-probs; using reuse_first"
     return wanted, None
+
+
+class OldLogprobPolicy:
+    """``model.old_logprobs`` over a whole fit: each step's :class:`OldLogprobs`, its source chosen
+    by :func:`choose_source`, and the reason for a fallback from ``engine`` said once per fit.
+
+    Args:
+        wanted: ``model.old_logprobs``.
+        tolerance: ``model.engine_logprob_tolerance``.
+        warn: says why a step falls back (rank zero only), and why ``engine`` cannot be used.
+    """
+
+    def __init__(self, wanted: OldLogprobSource, tolerance: float, warn: Callable[[str], None]) -> None:
+        self.wanted, self.tolerance, self.warn = wanted, tolerance, warn
+        self._said_why = False
+
+    def for_step(
+        self,
+        rollout: RolloutBatch,
+        needs_all_up_front: bool,
+        later_rows: torch.Tensor | None,
+        score: Scorer,
+        global_sum: Callable[[torch.Tensor], torch.Tensor],
+        metrics: StepMetrics,
+    ) -> OldLogprobs:
+        """The step's old log-probs: ``wanted``, or ``recompute`` when a technique needs them all before
+        the update (``needs_all_up_front``); ``later_rows`` are the rows after the first mini-batch."""
+        source, why = choose_source(self.wanted, needs_all_up_front, engine_reports=rollout.engine_logprobs is not None)
+        if why is not None and not self._said_why:
+            self.warn(why)
+            self._said_why = True
+        return OldLogprobs(rollout, source, later_rows, score, global_sum, self.tolerance, metrics, self.warn)
