@@ -168,6 +168,16 @@ def dry_run(points: list[GridPoint], out: Path, python: str | None = None, deadl
     )
 
 
+def _parallel(text: str) -> int | str:
+    """``--parallel``: a number of runs, or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of runs or auto") from None
+
+
 def _child_env(threads: int | None) -> dict[str, str] | None:
     """The environment of each run: this one, with the math libraries' thread count when given."""
     if threads is None:
@@ -369,11 +379,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--python", default=None, help="Python interpreter of the runs (default: this one)")
     parser.add_argument(
         "--parallel",
-        type=int,
+        type=_parallel,
         default=1,
         metavar="P",
         help="runs side by side (default 1); on a CPU, P runs of --threads 1 each can finish more per hour "
-        "than one run on every core (docs/benchmarks.md, 'The instrument: speed')",
+        "than one run on every core (docs/benchmarks.md, 'The instrument: speed'); auto: measure both on "
+        "this sweep's first run and keep the faster (lite_ppo.research.parallel_choice)",
     )
     parser.add_argument(
         "--threads",
@@ -397,8 +408,11 @@ def main(argv: list[str]) -> int:
         "the running ones finish, the same command later runs the rest (a study's time box, fixed in advance)",
     )
     args = parser.parse_args(argv)
-    if args.parallel < 1 or (args.threads is not None and args.threads < 1):
+    if (args.parallel != "auto" and args.parallel < 1) or (args.threads is not None and args.threads < 1):
         print("lite-ppo sweep: error: --parallel and --threads must be >= 1", file=sys.stderr)
+        return 2
+    if args.parallel == "auto" and args.threads is not None:
+        print("lite-ppo sweep: error: --parallel auto chooses the threads too: leave out --threads", file=sys.stderr)
         return 2
     try:
         points = expand_grid(args.recipe, args.seed, args.config, args.grid_config, args.grid, passthrough, args.factor)
@@ -454,13 +468,20 @@ def _run_and_compare(args: argparse.Namespace, points: list[GridPoint], deadline
     """The sweep's runs, its summary line and the compare at the end; the exit status."""
     if deadline is not None:
         print(f"sweep: no run starts after {deadline:%Y-%m-%d %H:%M:%S} (--no-start-after)")
+    parallel, threads = args.parallel, args.threads
+    if parallel == "auto":
+        from lite_ppo.research.parallel_choice import choose_parallel
+
+        todo = [point for point in points if finished_run(point, args.out) is None]
+        choice = choose_parallel(args.out, args.python, todo)
+        parallel, threads = choice.parallel, choice.threads
     try:
         finished, ran, failed, not_started = run_sweep(
             points,
             args.out,
             args.python,
-            parallel=args.parallel,
-            threads=args.threads,
+            parallel=parallel,
+            threads=threads,
             launch=args.launch,
             start_until=deadline.timestamp() if deadline is not None else None,
         )
