@@ -97,3 +97,40 @@ def test_parallel_auto_measures_the_first_run_then_keeps_its_choice(tmp_path, ti
     assert sweep_main(args) == 0
     again = capsys.readouterr().out
     assert "(measured before; kept in" in again and "measuring" not in again
+
+
+@pytest.mark.extended
+@pytest.mark.slow
+def test_sigterm_while_measuring_stops_the_probe_and_leaves_nothing(tmp_path, tiny_model_path):
+    """SIGTERM to a sweep while ``--parallel auto`` measures: the probe's fit is stopped (it was left
+    training on its own, the sweep gone), its folder removed, no run started; exit 143 with one line."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    out = tmp_path / "sweep"
+    command = [
+        sys.executable, "-m", "lite_ppo.research.sweep", "--recipe", LITE_PPO, "--seed", "0", "--config", TINY,
+        "--out", str(out), "--parallel", "auto", "--no-compare", "--", "--data.steps_per_epoch=2",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    sweep = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    probe_log = out / ".parallel_probe" / "alone" / "copy0" / "probe.log"
+    deadline = time.monotonic() + 120
+    while not probe_log.exists() and sweep.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    children = psutil.Process(sweep.pid).children(recursive=True)
+    assert children, sweep.communicate(timeout=60)[0][-3000:]  # the probe's fit
+    sweep.send_signal(signal.SIGTERM)
+    output = sweep.communicate(timeout=180)[0]
+    assert sweep.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert (
+        output.strip().splitlines()[-1] == "sweep --parallel auto: stopped by SIGTERM while measuring; no run started"
+    )
+    assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not (out / ".parallel_probe").exists() and not (out / CHOICE_FILE).exists()
+    assert not list(out.rglob("run.json"))

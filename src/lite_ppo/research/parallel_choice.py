@@ -9,7 +9,9 @@ checkpoint kept) runs once alone with C threads, then C times side by side with 
 ``time/step_s`` after the first step gives each layout's throughput in steps per second, and side by side
 wins when it is :data:`MARGIN` faster. The choice and what it rests on are kept in
 ``<out>/parallel_choice.json``, so the same command later runs with the same threads (a run's arithmetic
-can depend on its thread count) without measuring again; delete the file to measure again.
+can depend on its thread count) without measuring again; delete the file to measure again. A signal to
+the sweep while it measures stops the probe's runs (SIGTERM: each stops its reward workers) and removes
+their folder.
 
 A machine with a GPU is not probed: one run at a time (a GPU run is not limited by CPU threads).
 
@@ -151,15 +153,26 @@ def _mean_step_seconds(point: GridPoint, folder: Path, python: str | None, copie
     each with ``threads`` math threads."""
     env = {**os.environ, **dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS"), str(threads))}
     children = []
-    for k in range(copies):
-        run_out = folder / f"copy{k}"
-        run_out.mkdir(parents=True)
-        log = (run_out / "probe.log").open("w")
-        command = [*point.command(run_out, python), *PROBE_ARGS]
-        children.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log, run_out))
+    try:
+        for k in range(copies):
+            run_out = folder / f"copy{k}"
+            run_out.mkdir(parents=True)
+            log = (run_out / "probe.log").open("w")
+            command = [*point.command(run_out, python), *PROBE_ARGS]
+            # Its own process group, as the sweep's runs: a Ctrl-C at the terminal reaches it through the sweep.
+            child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, process_group=0)
+            children.append((child, log, run_out))
+        codes = [child.wait() for child, _, _ in children]
+    except BaseException:  # a signal to the sweep (raised by its handler), or anything else: no probe left running
+        for child, _, _ in children:
+            if child.poll() is None:
+                child.terminate()  # a fit stops its reward workers on SIGTERM
+        for child, log, _ in children:
+            child.wait()
+            log.close()
+        raise
     seconds = []
-    for child, log, run_out in children:
-        code = child.wait()
+    for (_, log, run_out), code in zip(children, codes):
         log.close()
         if code != 0:
             tail = (run_out / "probe.log").read_text(errors="replace").strip().splitlines()[-1:]

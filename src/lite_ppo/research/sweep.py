@@ -43,6 +43,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import signal
@@ -166,6 +167,22 @@ def dry_run(points: list[GridPoint], out: Path, python: str | None = None, deadl
         f"sweep --dry-run: {len(points)} runs in the grid: {counts['finished']} finished, {counts['resume']} to "
         f"resume, {counts['run']} to run{when}; nothing was run"
     )
+
+
+@contextlib.contextmanager
+def _signals_raise():
+    """While it lasts, a signal of :data:`FORWARDED_SIGNALS` raises :class:`SweepInterrupted` here (what
+    runs inside stops its own children on the way out)."""
+
+    def interrupt(signum, frame) -> None:
+        raise SweepInterrupted(signum)
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in FORWARDED_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _parallel(text: str) -> int | str:
@@ -473,7 +490,13 @@ def _run_and_compare(args: argparse.Namespace, points: list[GridPoint], deadline
         from lite_ppo.research.parallel_choice import choose_parallel
 
         todo = [point for point in points if finished_run(point, args.out) is None]
-        choice = choose_parallel(args.out, args.python, todo)
+        try:
+            with _signals_raise():
+                choice = choose_parallel(args.out, args.python, todo)
+        except SweepInterrupted as stop:
+            name = signal.Signals(stop.signum).name
+            print(f"sweep --parallel auto: stopped by {name} while measuring; no run started", file=sys.stderr)
+            return 128 + stop.signum
         parallel, threads = choice.parallel, choice.threads
     try:
         finished, ran, failed, not_started = run_sweep(
