@@ -490,6 +490,8 @@ def _run_and_compare(args: argparse.Namespace, points: list[GridPoint], deadline
         from lite_ppo.research.parallel_choice import choose_parallel
 
         todo = [point for point in points if finished_run(point, args.out) is None]
+        if deadline is not None and time.time() >= deadline.timestamp():
+            todo = []  # no run will start (--no-start-after): nothing to measure for
         try:
             with _signals_raise():
                 choice = choose_parallel(args.out, args.python, todo)
