@@ -15,9 +15,9 @@ their folder.
 
 A machine with a GPU is not probed: one run at a time (a GPU run is not limited by CPU threads).
 
-Example (the line the sweep prints)::
+Example (the line the sweep prints; this machine's figures are in docs/benchmarks.md)::
 
-    sweep --parallel auto: 2 runs of 1 thread side by side: 0.62 steps/s against 0.48 with 1 run of 2
+    sweep --parallel auto: 2 runs of 1 thread side by side: <A> steps/s against <B> with 1 run of 2
     threads (measured on lite_ppo_seed0, 3 steps each; kept in runs/study/parallel_choice.json)
 """
 
