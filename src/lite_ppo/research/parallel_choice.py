@@ -74,7 +74,7 @@ def decide(alone_step_s: float, side_by_side_step_s: float, cores: int) -> Paral
     a step, or ``cores`` runs of one thread each taking ``side_by_side_step_s`` a step (their mean).
 
     Example:
-        >>> decide(2.0, 3.0, 2).parallel, decide(2.0, 4.0, 2).parallel   # 2/3 s > 1/2 s; 2/4 s = 1/2 s
+        >>> decide(2.0, 3.0, 2).parallel, decide(2.0, 4.0, 2).parallel   # 2/3 > 1/2 steps/s; 2/4 = 1/2
         (2, 1)
     """
     alone, together = 1.0 / alone_step_s, cores / side_by_side_step_s
