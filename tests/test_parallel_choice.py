@@ -74,7 +74,7 @@ def test_parallel_auto_measures_the_first_run_then_keeps_its_choice(tmp_path, ti
     """A real sweep of the smoke model with ``--parallel auto`` on 2 cores: the probe runs its first point
     alone on 2 threads and twice side by side on 1, writes the choice with both throughputs, removes its
     runs, then the sweep runs every point; the same command later uses the kept choice."""
-    monkeypatch.setattr(parallel_choice, "usable_cores", lambda: 2)
+    monkeypatch.setattr(parallel_choice, "available_cores", lambda: 2)
     monkeypatch.setattr(parallel_choice, "_has_gpu", lambda: False)
     out = tmp_path / "sweep"
     args = [

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 
+from lite_ppo.rewards.math_verify_reward import available_cores
+
 __all__ = ["busy_machine_note", "machine_load_note"]
 
 #: Load (runnable processes, the 1-minute average) beyond the cores a run may share before it is said: a
@@ -49,5 +51,4 @@ def machine_load_note() -> str | None:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return busy_machine_note(load, cores, torch.get_num_threads())
+    return busy_machine_note(load, available_cores(), torch.get_num_threads())

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -96,6 +97,14 @@ class GridPoint:
     def command(self, out: Path, python: str | None = None, ckpt_path: Path | None = None) -> list[str]:
         """The full command line: a separate Python process running the ``lite-ppo`` CLI."""
         return [python or sys.executable, "-m", "lite_ppo.cli", *self.fit_args(out, ckpt_path)]
+
+
+def run_env(threads: int | None) -> dict[str, str] | None:
+    """The environment of a run with ``threads`` math threads (this one's, with the math libraries' thread
+    count set); None when ``threads`` is None (inherited)."""
+    if threads is None:
+        return None
+    return {**os.environ, **dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS"), str(threads))}
 
 
 # The same run started by the sweep's fork server (lite_ppo.research.fork_server): the function that

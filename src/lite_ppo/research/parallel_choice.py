@@ -24,7 +24,6 @@ Example (the line the sweep prints; this machine's figures are in docs/benchmark
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
@@ -33,9 +32,10 @@ from pathlib import Path
 from lite_ppo import metric_names as names
 from lite_ppo.errors import UserError
 from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
-from lite_ppo.research.grid import GridPoint
+from lite_ppo.research.grid import GridPoint, run_env
 from lite_ppo.research.run_folder import RunDir
 from lite_ppo.research.scalars import read_scalars
+from lite_ppo.rewards.math_verify_reward import available_cores
 
 CHOICE_FILE = "parallel_choice.json"
 PROBE_STEPS = 3  # rollout steps of each probe run; the first (warm-up) is not counted
@@ -61,14 +61,6 @@ class ParallelChoice:
     side_by_side_steps_per_s: float | None = None
 
 
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask where the platform has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
 def decide(alone_step_s: float, side_by_side_step_s: float, cores: int) -> ParallelChoice:
     """The layout that finishes more steps per second: one run on ``cores`` threads taking ``alone_step_s``
     a step, or ``cores`` runs of one thread each taking ``side_by_side_step_s`` a step (their mean).
@@ -91,7 +83,7 @@ def choose_parallel(out: Path, python: str | None, todo: list[GridPoint], echo=p
     if kept is not None:
         echo(f"sweep --parallel auto: {_describe(kept)} (measured before; kept in {out / CHOICE_FILE})")
         return kept
-    cores = usable_cores()
+    cores = available_cores()
     if not todo or cores < 2 or _has_gpu():
         reason = "nothing to run" if not todo else ("one core" if cores < 2 else "a GPU machine")
         choice = ParallelChoice(1, None, reason)
@@ -151,7 +143,7 @@ def _has_gpu() -> bool:
 def _mean_step_seconds(point: GridPoint, folder: Path, python: str | None, copies: int, threads: int) -> float:
     """Mean ``time/step_s`` after the first step over ``copies`` probe runs of ``point`` started together,
     each with ``threads`` math threads."""
-    env = {**os.environ, **dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS"), str(threads))}
+    env = run_env(threads)
     children = []
     try:
         for k in range(copies):
@@ -188,4 +180,4 @@ def _mean_step_seconds(point: GridPoint, folder: Path, python: str | None, copie
     return sum(seconds) / len(seconds)
 
 
-__all__ = ["CHOICE_FILE", "ParallelChoice", "choose_parallel", "decide", "usable_cores"]
+__all__ = ["CHOICE_FILE", "ParallelChoice", "choose_parallel", "decide"]

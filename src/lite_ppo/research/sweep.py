@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import shlex
 import signal
 import subprocess
@@ -55,7 +54,7 @@ from typing import NamedTuple
 
 from lite_ppo.errors import OneLineParser, UserError, one_line
 from lite_ppo.research.fork_server import ForkedRun, ForkServer, ForkServerGone
-from lite_ppo.research.grid import FIT_ENTRY, FIT_PRELOAD, GridPoint, expand_grid
+from lite_ppo.research.grid import FIT_ENTRY, FIT_PRELOAD, GridPoint, expand_grid, run_env
 from lite_ppo.research.run_folder import RunDir
 from lite_ppo.research.slurm import emit_slurm
 from lite_ppo.research.start_deadline import no_start_after
@@ -195,13 +194,6 @@ def _parallel(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{text!r}: give a number of runs or auto") from None
 
 
-def _child_env(threads: int | None) -> dict[str, str] | None:
-    """The environment of each run: this one, with the math libraries' thread count when given."""
-    if threads is None:
-        return None
-    return {**os.environ, **dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS"), str(threads))}
-
-
 def run_sweep(
     points: list[GridPoint],
     out: Path,
@@ -229,7 +221,7 @@ def run_sweep(
             continue
         resume = resumable_run(point, out)
         todo.append((i, point, resume[1] if resume else None))
-    env = _child_env(threads)
+    env = run_env(threads)
     ran, failed, received, not_started = [], [], [], []
     running: dict[subprocess.Popen | ForkedRun, tuple[int, GridPoint, Path, float]] = {}
     server = None
