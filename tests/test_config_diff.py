@@ -14,7 +14,7 @@ def _callbacks(*entries):
 def test_a_changed_option_is_named_with_both_values():
     earlier = {"model": {"lr": 1e-4, "clip_eps": 0.2}, "data": {"prompts_per_step": 4}}
     now = {"model": {"lr": 1e-5, "clip_eps": 0.2}, "data": {"prompts_per_step": 4}}
-    assert config_differences(earlier, now) == [("model.lr", 1e-4, 1e-5)]
+    assert config_differences(earlier, now) == [("model.lr", "0.0001", "1e-05")]
 
 
 def test_callbacks_compare_by_technique_whatever_their_order():
@@ -23,13 +23,13 @@ def test_callbacks_compare_by_technique_whatever_their_order():
     assert config_differences(_callbacks(clip, agg), _callbacks(agg, clip)) == []
     wider = {"class_path": "lite_ppo.callbacks.ClipHigher", "init_args": {"eps_high": 0.32}}
     assert config_differences(_callbacks(clip, agg), _callbacks(agg, wider)) == [
-        ("trainer.callbacks.ClipHigher.eps_high", 0.28, 0.32)
+        ("trainer.callbacks.ClipHigher.eps_high", "0.28", "0.32")
     ]
     # A technique taken out and one added: one entry each (a removed technique's arguments follow from it).
     dynamic = {"class_path": "lite_ppo.callbacks.DynamicSampling"}
     assert config_differences(_callbacks(clip, agg), _callbacks(agg, dynamic)) == [
-        ("trainer.callbacks.ClipHigher", "on", "(unset)"),
-        ("trainer.callbacks.DynamicSampling", "(unset)", "on"),
+        ("trainer.callbacks.ClipHigher", "on", "-"),
+        ("trainer.callbacks.DynamicSampling", "-", "on"),
     ]
 
 
@@ -38,8 +38,16 @@ def test_where_a_run_writes_resumes_from_and_its_derived_seeds_are_no_difference
     now = {"trainer": {"logger": {"init_args": {"version": "seed3-1"}}, "default_root_dir": "b"}, "ckpt_path": "x"}
     assert config_differences(earlier, now) == []
     assert config_differences({"data": {"seed": 3, "size": 1}}, {"data": {"seed": 4, "size": 2}}) == [
-        ("data.size", 1, 2)
+        ("data.size", "1", "2")
     ]
+
+
+def test_a_setting_that_is_null_on_one_side_and_a_mapping_on_the_other_shows_both():
+    """``data.sources: null`` in the earlier config, a mapping given now: one entry with both values whole
+    (it read ``None -> (unset)``, the new sources lost as entries under a differing key)."""
+    earlier = {"data": {"sources": None, "prompts_per_step": 4}}
+    now = {"data": {"sources": {"easy": "testbed:easy"}, "prompts_per_step": 4}}
+    assert config_differences(earlier, now) == [("data.sources", "null", '{"easy": "testbed:easy"}')]
 
 
 def test_the_description_names_the_first_few_and_counts_the_rest():

@@ -11,31 +11,25 @@ Example:
     >>> earlier = {"model": {"lr": 1e-4}, "trainer": {"callbacks": [clip]}}
     >>> now = {"model": {"lr": 1e-5}, "trainer": {"callbacks": [{"class_path": "a.LossAggregation"}]}}
     >>> config_differences(earlier, now)[:2]
-    [('model.lr', 0.0001, 1e-05), ('trainer.callbacks.ClipHigher', 'on', '(unset)')]
+    [('model.lr', '0.0001', '1e-05'), ('trainer.callbacks.ClipHigher', 'on', '-')]
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from lite_ppo.research.runs import experiment_config, flatten_config
+from lite_ppo.research.runs import differing_keys, experiment_config, flatten_config, label_value
 
 __all__ = ["config_differences", "describe_differences"]
 
-_UNSET = "(unset)"
+
+def config_differences(earlier: dict, now: dict) -> list[tuple[str, str, str]]:
+    """``(key, earlier value, value now)`` for every setting that differs, as ``compare`` tells groups apart
+    (:func:`~lite_ppo.research.runs.differing_keys`, values as :func:`~lite_ppo.research.runs.label_value`
+    shows them: a setting only one side has reads ``-``, a section that is a mapping on one side its entries)."""
+    flats = [flatten_config(experiment_config(earlier)), flatten_config(experiment_config(now))]
+    return [(k, label_value(flats[0], k), label_value(flats[1], k)) for k in differing_keys(flats)]
 
 
-def config_differences(earlier: dict, now: dict) -> list[tuple[str, Any, Any]]:
-    """``(key, earlier value, value now)`` for every setting that differs, sorted by key; a setting only one
-    side has reads ``(unset)`` on the other. A technique only one side has is one entry (its arguments
-    follow from it)."""
-    a, b = flatten_config(experiment_config(earlier)), flatten_config(experiment_config(now))
-    differing = [k for k in set(a) | set(b) if a.get(k, _UNSET) != b.get(k, _UNSET)]
-    keys = sorted(k for k in differing if not any(k.startswith(f"{d}.") for d in differing))
-    return [(k, a.get(k, _UNSET), b.get(k, _UNSET)) for k in keys]
-
-
-def describe_differences(differences: list[tuple[str, Any, Any]], limit: int = 5) -> str:
+def describe_differences(differences: list[tuple[str, str, str]], limit: int = 5) -> str:
     """``key old -> new, ...``: the first ``limit`` of them, then how many more."""
     parts = [f"{key} {old} -> {new}" for key, old, new in differences[:limit]]
     more = len(differences) - limit

@@ -175,17 +175,9 @@ def _disambiguate(groups: list[RunGroup]) -> None:
         if len(same) < 2:
             continue
         flats = [flatten_config(g.runs[0].experiment()) for g in same]
-        keys = set().union(*flats)
-        differing = [
-            k for k in keys if len({json.dumps(f.get(k, _ABSENT), sort_keys=True, default=str) for f in flats}) > 1
-        ]
-        # A technique that only some groups have: its own entry says it; its arguments follow from it.
-        differing = sorted(
-            (k for k in differing if not any(k.startswith(f"{d}.") for d in differing)),
-            key=lambda k: (_short_key(k).count("."), _short_key(k)),
-        )
+        differing = differing_keys(flats)
         for group, flat in zip(same, flats):
-            parts = [f"{_short_key(k)}={_label_value(flat, k)}" for k in differing[:_LABEL_KEYS]]
+            parts = [f"{_short_key(k)}={label_value(flat, k)}" for k in differing[:_LABEL_KEYS]]
             more = f", +{len(differing) - _LABEL_KEYS} more" if len(differing) > _LABEL_KEYS else ""
             group.label += f" ({', '.join(parts)}{more})" if parts else f" ({group.runs[0].path.name})"
 
@@ -200,7 +192,21 @@ def _short_key(key: str) -> str:
     return key[len(_CALLBACKS) :] if key.startswith(_CALLBACKS) else key
 
 
-def _label_value(flat: dict[str, Any], key: str) -> str:
+def differing_keys(flats: list[dict[str, Any]]) -> list[str]:
+    """The keys whose values differ among flattened configs (:func:`flatten_config`; compared as JSON, a
+    missing key as ``-``), shallowest first, then by name. Under a key that differs nothing more is listed:
+    a technique that only some configs have is its own entry, its arguments follow from it."""
+    keys = set().union(*flats)
+    differing = [
+        k for k in keys if len({json.dumps(f.get(k, _ABSENT), sort_keys=True, default=str) for f in flats}) > 1
+    ]
+    return sorted(
+        (k for k in differing if not any(k.startswith(f"{d}.") for d in differing)),
+        key=lambda k: (_short_key(k).count("."), _short_key(k)),
+    )
+
+
+def label_value(flat: dict[str, Any], key: str) -> str:
     """``key``'s value in a group's flattened config, whole (a cut value could hide the difference): a
     section that is a mapping in this group and a scalar in another reads as its entries (``{"r": 8}``), an
     entry the group does not have as ``-``."""
