@@ -238,10 +238,11 @@ def test_fit_twice_gets_two_named_run_dirs(tmp_path, tiny_model_path, monkeypatc
     # A third run of the name with another learning rate says so at start (its folder is seed3-2).
     capsys.readouterr()
     main([*args, "--model.lr=3e-5"])
-    assert (
-        "note: seed3-2 has the recipe, model and seed of seed3-1 and differs from it in model.lr 0.0001 -> 3e-05"
-        in (capsys.readouterr().err)
-    )
+    notes = [line for line in capsys.readouterr().err.splitlines() if "note: seed3-2" in line]
+    assert notes == [
+        "lite-ppo fit: note: seed3-2 has the recipe, model and seed of seed3-1 and differs from it in "
+        "model.lr 0.0001 -> 3e-05"
+    ], notes
 
 
 @pytest.mark.slow
@@ -259,14 +260,20 @@ def test_a_fit_into_another_runs_folder_is_refused_and_touches_nothing(tmp_path,
     (live / "config.yaml").write_text("the live run's\n")
     before = {p.name: p.read_bytes() for p in live.iterdir()}
     args = _quick_grpo_fit("--trainer.logger.init_args.version=seed3", "--data.steps_per_epoch=1")
-    with pytest.raises(SystemExit):
-        main(args)
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].endswith(
-        "holds another run: give another --trainer.logger.init_args.version (or leave it unset "
-        "for a new seed<S>-N folder), or --ckpt_path to resume that run"
-    ), err
-    assert {p.name: p.read_bytes() for p in live.iterdir()} == before
+    # A checkpoint of another run does not resume this one: refused the same (it was let through).
+    other = tmp_path / "runs/grpo/tiny-arith/seed9/checkpoints/last.ckpt"
+    other.parent.mkdir(parents=True)
+    other.write_bytes(b"not read: refused before")
+    for extra in ([], [f"--ckpt_path={other}"]):
+        with pytest.raises(SystemExit) as stop:
+            main([*args, *extra])
+        assert stop.value.code != 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].endswith(
+            "holds another run: give another --trainer.logger.init_args.version (or leave it unset "
+            "for a new seed<S>-N folder), or --ckpt_path to resume that run"
+        ), (extra, err)
+        assert {p.name: p.read_bytes() for p in live.iterdir()} == before
 
 
 @pytest.mark.slow

@@ -47,6 +47,7 @@ __all__ = [
     "configure_run_dir",
     "model_name",
     "prepare_fit_run",
+    "refuse_another_runs_folder",
     "run_folder_of",
     "run_name",
     "claim_version",
@@ -178,14 +179,16 @@ def configure_run_dir(config: Any, claim: bool = False) -> tuple[Path | None, bo
     else:
         if isinstance(version, int):
             version = f"version_{version}"
-        if claim and not _get(config, "ckpt_path"):
+        # Only a checkpoint of the run in that folder continues it there; another run's would write beside it.
+        if claim and _run_of_checkpoint(_get(config, "ckpt_path"), Path(save_dir) / name) != str(version):
             refuse_another_runs_folder(Path(save_dir) / name / str(version))
     _set(init_args, "save_dir", str(save_dir))
     return Path(save_dir) / name / str(version), created
 
 
 def refuse_another_runs_folder(run_dir: Path) -> None:
-    """One line when an explicit version names a folder that already holds a run and nothing resumes it:
+    """One line when an explicit version names a folder that already holds a run and no checkpoint of that
+    run resumes it:
     a second fit there would replace that run's config.yaml and interleave its event files with the
     other's (and ``compare`` would read them as one run)."""
     if RunDir.is_run(run_dir):
