@@ -108,8 +108,9 @@ class CachedDecoder:
         self.dtype, self.device = param.dtype, param.device
 
         def caches(rows: int, columns: int) -> list[torch.Tensor]:
+            # uninitialised: a column is written before any step reads it (prefill fills the prompts')
             shape = (rows, self.kv_heads, columns, self.head_dim)
-            return [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+            return [torch.empty(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
 
         self.prompt_keys, self.prompt_values = caches(prompts, width), caches(prompts, width)
         self.keys, self.values = caches(prompts * repeat, new_tokens), caches(prompts * repeat, new_tokens)
@@ -120,15 +121,27 @@ class CachedDecoder:
         self.fused = [(_fused_qkv(layer.self_attn), _fused_gate_up(layer.mlp)) for layer in self.layers]
         self.qkv_sizes = [self.heads * self.head_dim, *[self.kv_heads * self.head_dim] * 2]
         self.prompt_blocked = torch.zeros(prompts, width, dtype=torch.bool, device=self.device)  # left pads
+        self.row_blocked = self.prompt_blocked.repeat_interleave(repeat, dim=0)  # ... of each live row's prompt
         self.slot = torch.arange(prompts * repeat, device=self.device)  # each live row's original row
+        self.compacted = False  # whether keep() dropped rows (until then slot is every row, in order)
         self.next_position = torch.zeros(prompts * repeat, dtype=torch.long, device=self.device)
         self.column = 0  # response tokens cached so far
 
     # -- one layer ---------------------------------------------------------------------------------
-    def _project(self, index: int, normed: torch.Tensor):
-        """q [b, H, s, d] and k, v [b, kv heads, s, d], rotated q and k excepted."""
+    def _project(self, index: int, normed: torch.Tensor, rope: tuple):
+        """q [b, H, s, d] and k, v [b, kv heads, s, d], q and k rotated."""
         attn, (qkv, _) = self.layers[index].self_attn, self.fused[index]
         batch, seq, _ = normed.shape
+        cos, sin = rope
+        if qkv is not None and not hasattr(attn, "q_norm"):
+            # q and k rotated in one pass over their heads side by side (the same products per element)
+            projected = F.linear(normed, *qkv)
+            qk_width = self.qkv_sizes[0] + self.qkv_sizes[1]
+            qk = projected[..., :qk_width].view(batch, seq, self.heads + self.kv_heads, self.head_dim)
+            qk = qk * cos + _rotate_half(qk) * sin
+            q, k = qk.split([self.heads, self.kv_heads], dim=2)
+            v = projected[..., qk_width:].view(batch, seq, self.kv_heads, self.head_dim)
+            return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if qkv is not None:
             q, k, v = F.linear(normed, *qkv).split(self.qkv_sizes, dim=-1)
         else:
@@ -138,15 +151,14 @@ class CachedDecoder:
         v = v.view(batch, seq, self.kv_heads, self.head_dim)
         if hasattr(attn, "q_norm"):  # qwen3: RMS norm per head before the rotation
             q, k = attn.q_norm(q), attn.k_norm(k)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def _layer(self, index: int, hidden: torch.Tensor, rope: tuple, attend) -> torch.Tensor:
         layer, (_, gate_up) = self.layers[index], self.fused[index]
         batch, seq, _ = hidden.shape
-        q, k, v = self._project(index, layer.input_layernorm(hidden))
-        cos, sin = rope
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q, k, v = self._project(index, layer.input_layernorm(hidden), rope)
         out = attend(index, q, k, v)  # [b, H, s, d]
         hidden = hidden + layer.self_attn.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
         normed = layer.post_attention_layernorm(hidden)
@@ -158,7 +170,7 @@ class CachedDecoder:
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, attend) -> torch.Tensor:
         """Logits [b, V] after the last column of ``ids`` [b, s], each layer attending with ``attend``."""
         hidden = self.body.embed_tokens(ids)
-        rope = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [b, 1, s, d], every layer's
+        rope = self.cos[positions].unsqueeze(2), self.sin[positions].unsqueeze(2)  # [b, s, 1, d], every layer's
         for index in range(len(self.layers)):
             hidden = self._layer(index, hidden, rope, attend)
         logits = self.lm_head(self.body.norm(hidden[:, -1]))
@@ -186,6 +198,7 @@ class CachedDecoder:
 
         logits = self._forward(input_ids, positions, attend)
         self.prompt_blocked = ~real
+        self.row_blocked = self.prompt_blocked.repeat_interleave(self.repeat, dim=0)
         self.next_position = real.sum(-1).repeat_interleave(self.repeat)
         self.column = 0
         return logits.repeat_interleave(self.repeat, dim=0)
@@ -194,10 +207,19 @@ class CachedDecoder:
     def keep(self, rows: torch.Tensor) -> None:
         """Drop the rows whose ``rows`` entry is False (finished samples): later steps compute only the
         rest, in their order. One copy of the kept rows' response cache, so call it when many ended."""
-        self.keys = [cache[rows] for cache in self.keys]
-        self.values = [cache[rows] for cache in self.values]
+        kept = rows.nonzero().squeeze(-1)
+        self.keys = [self._kept_rows(cache, kept) for cache in self.keys]
+        self.values = [self._kept_rows(cache, kept) for cache in self.values]
         self.slot = self.slot[rows]
+        self.row_blocked = self.row_blocked[rows]
         self.next_position = self.next_position[rows]
+        self.compacted = True
+
+    def _kept_rows(self, cache: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+        """A response cache of the ``kept`` rows, as large as before: only the columns written so far move."""
+        fresh = torch.empty((len(kept), *cache.shape[1:]), dtype=cache.dtype, device=cache.device)
+        fresh[:, :, : self.column] = cache[:, :, : self.column].index_select(0, kept)
+        return fresh
 
     def _attend_step(self, index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """One query per row [b, H, 1, d] over its prompt and its own response so far.
@@ -210,36 +232,43 @@ class CachedDecoder:
         self.keys[index][:, :, self.column] = k[:, :, 0]
         self.values[index][:, :, self.column] = v[:, :, 0]
         grouped = q.view(rows, self.kv_heads, self.group, self.head_dim) * self.scaling
-        slots = self.prompts * self.repeat
         per_prompt = (self.prompts, self.repeat, self.kv_heads, self.group)
         # prompt scores: [prompts, kv heads, width, repeat * group] -> each row's [kv heads, group, width]
-        queries = grouped.new_zeros(slots, self.kv_heads, self.group, self.head_dim).index_copy_(0, self.slot, grouped)
         queries = (
-            queries.view(*per_prompt, self.head_dim)
+            self._to_slots(grouped)
+            .reshape(*per_prompt, self.head_dim)
             .permute(0, 2, 4, 1, 3)
             .reshape(self.prompts, self.kv_heads, self.head_dim, self.repeat * self.group)
         )
         prompt_scores = torch.matmul(self.prompt_keys[index], queries)
         prompt_scores = prompt_scores.view(self.prompts, self.kv_heads, self.width, self.repeat, self.group)
-        prompt_scores = prompt_scores.permute(0, 3, 1, 4, 2).reshape(slots, self.kv_heads, self.group, self.width)
-        prompt_scores = prompt_scores[self.slot].masked_fill(
-            self.prompt_blocked[self.slot // self.repeat][:, None, None], float("-inf")
-        )
+        prompt_scores = prompt_scores.permute(0, 3, 1, 4, 2).reshape(-1, self.kv_heads, self.group, self.width)
+        prompt_scores = self._from_slots(prompt_scores).masked_fill(self.row_blocked[:, None, None], float("-inf"))
         # response scores: keys @ q^T is faster on the strided column slice than q @ keys^T (measured)
         own_keys, own_values = self.keys[index][:, :, :end], self.values[index][:, :, :end]
         own_scores = torch.matmul(own_keys, grouped.transpose(-1, -2)).transpose(-1, -2)
         weights = torch.cat([prompt_scores, own_scores], dim=-1).softmax(dim=-1)
         prompt_weights, own_weights = weights.split([self.width, end], dim=-1)
         out = torch.matmul(own_weights, own_values)  # [b, kv heads, group, d]
-        spread = prompt_weights.new_zeros(slots, self.kv_heads, self.group, self.width)
-        spread = spread.index_copy_(0, self.slot, prompt_weights).view(*per_prompt, self.width)
+        spread = self._to_slots(prompt_weights).reshape(*per_prompt, self.width)
         spread = spread.permute(0, 2, 1, 3, 4).reshape(
             self.prompts, self.kv_heads, self.repeat * self.group, self.width
         )
         from_prompt = torch.matmul(spread, self.prompt_values[index])  # [prompts, kv heads, repeat * group, d]
         from_prompt = from_prompt.view(self.prompts, self.kv_heads, self.repeat, self.group, self.head_dim)
-        from_prompt = from_prompt.permute(0, 2, 1, 3, 4).reshape(slots, self.kv_heads, self.group, self.head_dim)
-        return (out + from_prompt[self.slot]).view(rows, self.heads, 1, self.head_dim)
+        from_prompt = from_prompt.permute(0, 2, 1, 3, 4).reshape(-1, self.kv_heads, self.group, self.head_dim)
+        return (out + self._from_slots(from_prompt)).view(rows, self.heads, 1, self.head_dim)
+
+    def _to_slots(self, rows: torch.Tensor) -> torch.Tensor:
+        """Per live row [b, ...] -> per original row [prompts * repeat, ...], zeros where a row was dropped."""
+        if not self.compacted:  # every row is live, in its own slot
+            return rows
+        slots = rows.new_zeros(self.prompts * self.repeat, *rows.shape[1:])
+        return slots.index_copy_(0, self.slot, rows)
+
+    def _from_slots(self, slots: torch.Tensor) -> torch.Tensor:
+        """Per original row [prompts * repeat, ...] -> per live row [b, ...] (the inverse of :meth:`_to_slots`)."""
+        return slots.index_select(0, self.slot) if self.compacted else slots
 
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
