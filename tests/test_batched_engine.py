@@ -273,3 +273,38 @@ def test_a_lora_policy_decodes_with_its_adapters():
     with policy.disable_adapter():
         base = _full_logits(policy, prompt)[-1]
     assert (want - base).abs().max() > 1e-3  # the adapters change the logits: the test can tell
+
+
+def test_decoder_logits_with_samples_per_prompt_and_rows_dropped_midway():
+    """``repeat`` samples per prompt, each fed its own continuation, rows dropped twice while decoding
+    (:meth:`CachedDecoder.keep`, as finished samples are): every live row's logits at every step equal an
+    unpadded forward of its prompt + continuation so far. float64, so only the algorithm is compared."""
+    model, tokenizer, _ = _load("builtin:testbed-base", torch.float64)
+    prompts = _ids(tokenizer, _prompts(tokenizer, 4))
+    repeat, steps, width = 3, 10, max(map(len, prompts))
+    rows = len(prompts) * repeat
+    generator = torch.Generator().manual_seed(1)
+    continuation = torch.randint(3, model.config.vocab_size, (rows, steps), generator=generator)
+    input_ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for p, ids in enumerate(prompts):
+        input_ids[p, width - len(ids) :] = torch.tensor(ids)
+        mask[p, width - len(ids) :] = 1
+    drops = {3: {1, 5, 6}, 7: {0, 2, 10}}  # step -> original rows that end there (all of prompt 0 by 7)
+    decoder = CachedDecoder(model, len(prompts), width, steps, repeat=repeat)
+    live = list(range(rows))
+    logits = decoder.prefill(input_ids, mask)
+    checked = 0
+    for t in range(steps):
+        for position, row in enumerate(live):
+            ids = prompts[row // repeat] + continuation[row, :t].tolist()
+            torch.testing.assert_close(logits[position], _full_logits(model, ids)[-1], rtol=1e-10, atol=1e-10)
+            checked += 1
+        if t + 1 == steps:
+            break
+        if t in drops:
+            keep = torch.tensor([row not in drops[t] for row in live])
+            decoder.keep(keep)
+            live = [row for row in live if row not in drops[t]]
+        logits = decoder.step(continuation[live, t])
+    assert checked == 12 * 4 + 9 * 4 + 6 * 2  # rows live before, between and after the drops

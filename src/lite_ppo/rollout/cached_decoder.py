@@ -120,10 +120,9 @@ class CachedDecoder:
         self.cos, self.sin = cos[0], sin[0]  # [positions, head_dim]
         self.fused = [(_fused_qkv(layer.self_attn), _fused_gate_up(layer.mlp)) for layer in self.layers]
         self.qkv_sizes = [self.heads * self.head_dim, *[self.kv_heads * self.head_dim] * 2]
-        self.prompt_blocked = torch.zeros(prompts, width, dtype=torch.bool, device=self.device)  # left pads
-        self.row_blocked = self.prompt_blocked.repeat_interleave(repeat, dim=0)  # ... of each live row's prompt
+        # the left pads of each live row's prompt [rows, width] (set by prefill)
+        self.row_blocked = torch.zeros(prompts * repeat, width, dtype=torch.bool, device=self.device)
         self.slot = torch.arange(prompts * repeat, device=self.device)  # each live row's original row
-        self.compacted = False  # whether keep() dropped rows (until then slot is every row, in order)
         self.next_position = torch.zeros(prompts * repeat, dtype=torch.long, device=self.device)
         self.column = 0  # response tokens cached so far
 
@@ -183,6 +182,8 @@ class CachedDecoder:
         prompt cache and return the logits [prompts * repeat, V] of every sample's first token."""
         if tuple(input_ids.shape) != (self.prompts, self.width):
             raise ValueError(f"prefill of {tuple(input_ids.shape)} into a cache for {(self.prompts, self.width)}")
+        if self._compacted:
+            raise ValueError("prefill after keep() dropped rows: decode a new batch with a new CachedDecoder")
         real = attention_mask.bool()
         positions = (real.long().cumsum(-1) - 1).clamp(min=0)
         causal = torch.ones(self.width, self.width, dtype=torch.bool, device=self.device).tril()
@@ -197,8 +198,7 @@ class CachedDecoder:
             )
 
         logits = self._forward(input_ids, positions, attend)
-        self.prompt_blocked = ~real
-        self.row_blocked = self.prompt_blocked.repeat_interleave(self.repeat, dim=0)
+        self.row_blocked = (~real).repeat_interleave(self.repeat, dim=0)
         self.next_position = real.sum(-1).repeat_interleave(self.repeat)
         self.column = 0
         return logits.repeat_interleave(self.repeat, dim=0)
@@ -210,10 +210,14 @@ class CachedDecoder:
         kept = rows.nonzero().squeeze(-1)
         self.keys = [self._kept_rows(cache, kept) for cache in self.keys]
         self.values = [self._kept_rows(cache, kept) for cache in self.values]
-        self.slot = self.slot[rows]
-        self.row_blocked = self.row_blocked[rows]
-        self.next_position = self.next_position[rows]
-        self.compacted = True
+        self.slot = self.slot.index_select(0, kept)
+        self.row_blocked = self.row_blocked.index_select(0, kept)
+        self.next_position = self.next_position.index_select(0, kept)
+
+    @property
+    def _compacted(self) -> bool:
+        """Whether :meth:`keep` dropped rows (until then row ``i`` is slot ``i``, every row live)."""
+        return len(self.slot) < self.prompts * self.repeat
 
     def _kept_rows(self, cache: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
         """A response cache of the ``kept`` rows, as large as before: only the columns written so far move."""
@@ -261,14 +265,14 @@ class CachedDecoder:
 
     def _to_slots(self, rows: torch.Tensor) -> torch.Tensor:
         """Per live row [b, ...] -> per original row [prompts * repeat, ...], zeros where a row was dropped."""
-        if not self.compacted:  # every row is live, in its own slot
+        if not self._compacted:  # every row is live, in its own slot
             return rows
         slots = rows.new_zeros(self.prompts * self.repeat, *rows.shape[1:])
         return slots.index_copy_(0, self.slot, rows)
 
     def _from_slots(self, slots: torch.Tensor) -> torch.Tensor:
         """Per original row [prompts * repeat, ...] -> per live row [b, ...] (the inverse of :meth:`_to_slots`)."""
-        return slots.index_select(0, self.slot) if self.compacted else slots
+        return slots.index_select(0, self.slot) if self._compacted else slots
 
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
