@@ -474,19 +474,6 @@ def test_yaml_config_through_jsonargparse() -> None:
     assert dm.weights_at(9) == {"easy": 1.0, "hard": 0.0} and dm.weights_at(10) == {"easy": 0.0, "hard": 1.0}
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["problem", "jsonl", "synthetic", "mixture", "pools", "loader", "validation", "datamodule", "prompts", "registry"]
-    + ["hub"],
-)
-def test_docstring_examples(name: str) -> None:
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(f"lite_ppo.data.{name}"))
-    assert result.failed == 0
-
-
 # ---------------------------------------------------------------- prompts
 def tiny_tokenizer(chat_template: str | None):
     """A word-level tokenizer built in memory; it adds <s> in front when asked for special tokens."""

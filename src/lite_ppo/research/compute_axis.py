@@ -17,8 +17,8 @@ step from 0 (``trainer.log_every_n_steps: 1``, as every recipe sets).
 
 Example:
     >>> cum = cumulative(table, AXES["tokens"], run_dir)   # doctest: +SKIP
-    >>> x_at(np.array([0, 2]), cum)                        # tokens before step 0 and before step 2
-    array([  0., 180.])                                    # doctest: +SKIP
+    >>> x_at(np.array([0, 2]), cum)  # tokens before step 0 and before step 2   # doctest: +SKIP
+    array([  0., 180.])
 """
 
 from __future__ import annotations

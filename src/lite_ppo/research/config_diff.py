@@ -10,8 +10,11 @@ Example:
     >>> clip = {"class_path": "a.ClipHigher", "init_args": {"eps_high": 0.28}}
     >>> earlier = {"model": {"lr": 1e-4}, "trainer": {"callbacks": [clip]}}
     >>> now = {"model": {"lr": 1e-5}, "trainer": {"callbacks": [{"class_path": "a.LossAggregation"}]}}
-    >>> config_differences(earlier, now)[:2]
-    [('model.lr', '0.0001', '1e-05'), ('trainer.callbacks.ClipHigher', 'on', '-')]
+    >>> for key, old, new in config_differences(earlier, now):  # techniques first (shallowest keys)
+    ...     print(key, old, new)
+    trainer.callbacks.ClipHigher on -
+    trainer.callbacks.LossAggregation - on
+    model.lr 0.0001 1e-05
 """
 
 from __future__ import annotations
