@@ -59,3 +59,14 @@ def test_an_unreadable_record_is_none_not_an_error(tmp_path):
     assert read_run_record(run) is None and RunDir(run).record is None
     (run / "run.json").write_text("[1, 2]")  # valid JSON, not a record
     assert RunDir(run).record is None
+
+
+def test_an_unreadable_config_is_none_not_an_error(tmp_path):
+    """A damaged earlier ``config.yaml`` must not stop ``fit`` (its namesake note reads it): every way of
+    failing to read one is None. Bytes that are not UTF-8 and an impossible date raised before."""
+    run = _run(tmp_path / "seed0")
+    for content in (b"seed_everything: \xff\xfe\n", b"when: 2001-02-30\n", b"model: [unclosed\n", b"- a list\n"):
+        (run / "config.yaml").write_bytes(content)
+        assert RunDir(run).config is None, content
+    (run / "config.yaml").write_bytes(b"seed_everything: 3\n")
+    assert RunDir(run).config == {"seed_everything": 3}

@@ -198,12 +198,14 @@ class LitePPOCLI(LightningCLI):
         earlier = earlier_namesake(self.run_dir) if self.run_dir is not None and self.created_run_dir else None
         if earlier is None:
             return None
-        before = RunDir(earlier).config  # None when unreadable: nothing to compare with
+        before = RunDir(earlier).config
+        if before is None:  # unreadable: nothing to compare with
+            return None
         try:
             now = yaml.safe_load(self._parser("fit").dump(self.config["fit"], skip_unset=False))
         except (ValueError, TypeError, yaml.YAMLError):
             return None
-        if not isinstance(before, dict) or not isinstance(now, dict):
+        if not isinstance(now, dict):
             return None
         differences = config_differences(before, now)
         if not differences:

@@ -58,10 +58,10 @@ class RunDir:
 
     @property
     def config(self) -> dict[str, Any] | None:
-        """LightningCLI's ``config.yaml`` as a dict; None when absent or not a mapping."""
+        """LightningCLI's ``config.yaml`` as a dict; None when absent, unreadable or not a mapping."""
         try:
             loaded = yaml.safe_load((self.path / CONFIG_FILE).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
+        except (OSError, ValueError, yaml.YAMLError):  # ValueError: bytes that are not UTF-8, a date like 2001-02-30
             return None
         return loaded if isinstance(loaded, dict) else None
 
