@@ -59,6 +59,42 @@ def test_nothing_to_run_or_a_damaged_choice_file(tmp_path):
         choose_parallel(tmp_path, None, [], echo=said.append)
 
 
+def test_the_choice_is_the_layout_the_sweep_runs_with(tmp_path, monkeypatch):
+    """What ``--parallel auto`` chose (here a kept choice) is what the sweep's runs get: 2 side by side
+    on one thread each, not the command line's defaults."""
+    from lite_ppo.research import sweep
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / CHOICE_FILE).write_text(json.dumps(ParallelChoice(2, 1, "side by side finishes more", 0.5, 0.6).__dict__))
+    started = {}
+
+    def run_sweep(points, out, python, parallel, threads, launch, start_until):
+        started.update(points=len(points), parallel=parallel, threads=threads)
+        return [], [], [], []
+
+    monkeypatch.setattr(sweep, "run_sweep", run_sweep)
+    args = ["--recipe", LITE_PPO, "--seed", "0", "1", "--config", TINY, "--out", str(out), "--parallel", "auto"]
+    assert sweep_main([*args, "--no-compare"]) == 0
+    assert started == {"points": 2, "parallel": 2, "threads": 1}
+
+
+def test_a_probe_runs_its_steps_once_whatever_epochs_the_config_sets(tmp_path, tiny_model_path):
+    """A point whose config trains 5 epochs: each probe run still stops after its 3 steps (it took
+    ``max_epochs`` from the config, 15 steps here, and with no epoch limit Lightning's 1000)."""
+    from lite_ppo.research.run_folder import RunDir
+    from lite_ppo.research.scalars import read_scalars
+
+    epochs = tmp_path / "epochs.yaml"
+    epochs.write_text("trainer:\n  max_epochs: 5\n")
+    point = expand_grid([LITE_PPO], [0], [TINY, str(epochs)], [], [], [], [])[0]
+    seconds = parallel_choice._mean_step_seconds(point, tmp_path / "probe", None, copies=1, threads=1)
+    (run,) = RunDir.below(tmp_path / "probe" / "copy0")
+    steps = read_scalars(run.path)["time/step_s"]
+    assert list(steps.steps) == [0, 1, 2]
+    assert seconds == pytest.approx(sum(steps.values[1:]) / 2)
+
+
 def test_parallel_auto_refuses_threads_and_a_bad_value(tmp_path, capsys):
     base = ["--recipe", LITE_PPO, "--seed", "0", "--config", TINY, "--out", str(tmp_path / "o")]
     assert sweep_main([*base, "--parallel", "auto", "--threads", "2"]) == 2

@@ -40,9 +40,11 @@ from lite_ppo.rewards.math_verify_reward import available_cores
 CHOICE_FILE = "parallel_choice.json"
 PROBE_STEPS = 3  # rollout steps of each probe run; the first (warm-up) is not counted
 MARGIN = 1.05  # side by side must finish at least 5 % more steps per second to be chosen
+STOP_WAIT_S = 30  # how long a probe run stopped by a signal may take to stop its reward workers, then killed
 # The probe is a short copy of the point: no held-out evaluation, no run record (its folder is deleted).
 PROBE_ARGS = (
     f"--data.steps_per_epoch={PROBE_STEPS}",
+    "--trainer.max_epochs=1",  # one epoch of PROBE_STEPS, whatever the point's config says
     "--trainer.max_steps=-1",
     "--trainer.limit_val_batches=0",
     "--run_record.enabled=false",
@@ -144,28 +146,33 @@ def _mean_step_seconds(point: GridPoint, folder: Path, python: str | None, copie
     """Mean ``time/step_s`` after the first step over ``copies`` probe runs of ``point`` started together,
     each with ``threads`` math threads."""
     env = run_env(threads)
-    children = []
+    children, logs = [], []
     try:
         for k in range(copies):
             run_out = folder / f"copy{k}"
             run_out.mkdir(parents=True)
-            log = (run_out / "probe.log").open("w")
+            logs.append((run_out / "probe.log").open("w"))
             command = [*point.command(run_out, python), *PROBE_ARGS]
             # Its own process group, as the sweep's runs: a Ctrl-C at the terminal reaches it through the sweep.
-            child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, process_group=0)
-            children.append((child, log, run_out))
-        codes = [child.wait() for child, _, _ in children]
+            child = subprocess.Popen(command, stdout=logs[-1], stderr=subprocess.STDOUT, env=env, process_group=0)
+            children.append((child, run_out))
+        codes = [child.wait() for child, _ in children]
     except BaseException:  # a signal to the sweep (raised by its handler), or anything else: no probe left running
-        for child, _, _ in children:
+        for child, _ in children:
             if child.poll() is None:
                 child.terminate()  # a fit stops its reward workers on SIGTERM
-        for child, log, _ in children:
-            child.wait()
-            log.close()
+        for child, _ in children:
+            try:
+                child.wait(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
         raise
+    finally:
+        for log in logs:
+            log.close()
     seconds = []
-    for (_, log, run_out), code in zip(children, codes):
-        log.close()
+    for (_, run_out), code in zip(children, codes):
         if code != 0:
             tail = (run_out / "probe.log").read_text(errors="replace").strip().splitlines()[-1:]
             raise UserError(
