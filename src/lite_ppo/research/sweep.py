@@ -169,6 +169,22 @@ def dry_run(points: list[GridPoint], out: Path, python: str | None = None, deadl
 
 
 @contextlib.contextmanager
+def _signals_to(handler):
+    """While it lasts, every signal of :data:`FORWARDED_SIGNALS` goes to ``handler`` (outside the main
+    thread none can be installed: the signals stay as they are)."""
+    previous = {}
+    try:
+        for signum in FORWARDED_SIGNALS:
+            previous[signum] = signal.signal(signum, handler)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield
+    finally:
+        for signum, earlier in previous.items():
+            signal.signal(signum, earlier)
+
+
 def _signals_raise():
     """While it lasts, a signal of :data:`FORWARDED_SIGNALS` raises :class:`SweepInterrupted` here (what
     runs inside stops its own children on the way out)."""
@@ -176,12 +192,7 @@ def _signals_raise():
     def interrupt(signum, frame) -> None:
         raise SweepInterrupted(signum)
 
-    previous = {signum: signal.signal(signum, interrupt) for signum in FORWARDED_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    return _signals_to(interrupt)
 
 
 def _parallel(text: str) -> int | str:
@@ -232,62 +243,56 @@ def run_sweep(
             if child.poll() is None:
                 child.send_signal(signum)
 
-    previous = {}
-    try:
-        for signum in FORWARDED_SIGNALS:
-            previous[signum] = signal.signal(signum, forward)
-    except ValueError:  # not the main thread: no handlers, the children are still waited for
-        pass
-    try:
-        while todo or running:
-            if todo and start_until is not None and time.time() >= start_until:
-                not_started = [point for _, point, _ in todo]
-                todo.clear()
-                echo(
-                    f"no run starts after {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(start_until))} "
-                    f"(--no-start-after): {len(not_started)} of {len(points)} not started"
-                    + (f"; waiting for the {len(running)} running" if running else "")
-                )
-            while todo and len(running) < parallel and not received:
-                i, point, checkpoint = todo.pop(0)
-                log_path = logs / f"{point.label}.log"
-                how = f"resuming from {checkpoint}" if checkpoint else "running"
-                echo(f"[{i}/{len(points)}] {point.label}: {how} (log: {log_path})")
-                # Appended, one header per attempt: an earlier attempt's output (a failure's traceback)
-                # stays in the log when the point starts over.
-                with log_path.open("a") as log:
-                    log.write(f"=== lite-ppo sweep, {time.strftime('%Y-%m-%d %H:%M:%S')}: {point.label} {how}\n")
-                # Each run in its own process group: a Ctrl-C at the terminal reaches it once, through
-                # the sweep, like a kill of the sweep does.
-                if launch == "fork":
-                    if server is None:
-                        server = ForkServer(FIT_ENTRY, FIT_PRELOAD, python, env, title="lite-ppo")
-                    child = server.start(point.fit_args(out, checkpoint), log_path, append=True)
-                else:
-                    with log_path.open("a") as log:  # the child keeps its own descriptor
-                        child = subprocess.Popen(
-                            point.command(out, python, checkpoint),
-                            process_group=0,
-                            stdout=log,
-                            stderr=subprocess.STDOUT,
-                            env=env,
-                        )
-                running[child] = (i, point, log_path, time.monotonic())
-                ran.append(point)
-            ended = [child for child in running if child.poll() is not None]
-            if not ended:
-                time.sleep(0.1)
-                continue
-            for child in ended:
-                i, point, log_path, start = running.pop(child)
-                _report(child.returncode, received, i, len(points), point, out, log_path, start, failed, echo)
-        if received:
-            raise SweepInterrupted(received[0])
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if server is not None:
-            server.close()
+    # no handlers outside the main thread: the children are still waited for
+    with _signals_to(forward):
+        try:
+            while todo or running:
+                if todo and start_until is not None and time.time() >= start_until:
+                    not_started = [point for _, point, _ in todo]
+                    todo.clear()
+                    echo(
+                        f"no run starts after {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(start_until))} "
+                        f"(--no-start-after): {len(not_started)} of {len(points)} not started"
+                        + (f"; waiting for the {len(running)} running" if running else "")
+                    )
+                while todo and len(running) < parallel and not received:
+                    i, point, checkpoint = todo.pop(0)
+                    log_path = logs / f"{point.label}.log"
+                    how = f"resuming from {checkpoint}" if checkpoint else "running"
+                    echo(f"[{i}/{len(points)}] {point.label}: {how} (log: {log_path})")
+                    # Appended, one header per attempt: an earlier attempt's output (a failure's traceback)
+                    # stays in the log when the point starts over.
+                    with log_path.open("a") as log:
+                        log.write(f"=== lite-ppo sweep, {time.strftime('%Y-%m-%d %H:%M:%S')}: {point.label} {how}\n")
+                    # Each run in its own process group: a Ctrl-C at the terminal reaches it once, through
+                    # the sweep, like a kill of the sweep does.
+                    if launch == "fork":
+                        if server is None:
+                            server = ForkServer(FIT_ENTRY, FIT_PRELOAD, python, env, title="lite-ppo")
+                        child = server.start(point.fit_args(out, checkpoint), log_path, append=True)
+                    else:
+                        with log_path.open("a") as log:  # the child keeps its own descriptor
+                            child = subprocess.Popen(
+                                point.command(out, python, checkpoint),
+                                process_group=0,
+                                stdout=log,
+                                stderr=subprocess.STDOUT,
+                                env=env,
+                            )
+                    running[child] = (i, point, log_path, time.monotonic())
+                    ran.append(point)
+                ended = [child for child in running if child.poll() is not None]
+                if not ended:
+                    time.sleep(0.1)
+                    continue
+                for child in ended:
+                    i, point, log_path, start = running.pop(child)
+                    _report(child.returncode, received, i, len(points), point, out, log_path, start, failed, echo)
+            if received:
+                raise SweepInterrupted(received[0])
+        finally:
+            if server is not None:
+                server.close()
     finished = [p for p in (finished_run(point, out) for point in points) if p is not None]
     return SweepOutcome(finished, ran, failed, not_started)
 
