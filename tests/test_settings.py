@@ -124,7 +124,7 @@ def _fake(world_size=1, prompts=4, n=2, m=2, max_steps=-1):
         datamodule=SimpleNamespace(prompts_per_step=prompts),
         callbacks=callbacks,
     )
-    return trainer, SimpleNamespace(hparams=hparams, rollout_source=callbacks[1])
+    return trainer, SimpleNamespace(hparams=hparams, rollout_source=callbacks[1]), callbacks[:1]
 
 
 def test_shape_checks_count_per_rank(tiny_model_path):

@@ -193,7 +193,7 @@ class LitePPO(LightningModule):
                 if isinstance(callback, SettingsListener):
                     callback.configure_run(settings)
         if stage == "fit":
-            check_fit_settings(self.trainer, self)
+            check_fit_settings(self.trainer, self, self._techniques)
             # A repeated or conflicting technique, a misspelt hook, no or two advantage estimators: one
             # line naming the techniques, before the weights load.
             self._estimator = check_techniques(self._techniques)

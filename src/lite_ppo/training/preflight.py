@@ -33,7 +33,7 @@ advantage estimator.
 below 1, an unknown mini-batch split or old-log-prob source) when the module is built.
 
 Example:
-    >>> check_fit_settings(trainer, module)   # doctest: +SKIP
+    >>> check_fit_settings(trainer, module, techniques)   # doctest: +SKIP
     Traceback (most recent call last):
     lite_ppo.errors.UserError: model.max_grad_norm=-1.0: must be > 0, or null for no clipping
 """
@@ -58,15 +58,16 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["check_fit_settings", "check_module_arguments", "check_techniques", "model_context_length"]
 
 
-def check_fit_settings(trainer: Trainer, module: LightningModule) -> None:
+def check_fit_settings(trainer: Trainer, module: LightningModule, techniques: list[Technique]) -> None:
     """Raise a one-line :class:`UserError` for the first invalid or incompatible setting.
 
     Reads ``module.hparams`` (the LitePPO settings), the trainer (world size, budget), the data
-    module's ``prompts_per_step`` and the registered rollout source's sampling settings when it generates.
+    module's ``prompts_per_step``, the registered rollout source's sampling settings when it generates,
+    and the ``techniques`` the module found among the trainer's callbacks.
     """
     hp = module.hparams
     _check_optimization(hp, trainer)
-    _check_techniques(hp, trainer)
+    _check_techniques(hp, techniques)
     _check_lora(hp, trainer)
     rollout = _generating_source(module)
     _check_batch_shape(hp, trainer, rollout)
@@ -148,14 +149,13 @@ def _check_optimization(hp: Any, trainer: Trainer) -> None:
         raise UserError("model.lr_schedule=cosine needs a finite budget: set trainer.max_epochs or trainer.max_steps")
 
 
-def _check_techniques(hp: Any, trainer: Trainer) -> None:
+def _check_techniques(hp: Any, techniques: list[Technique]) -> None:
     """The clip range, one advantage estimator, no two techniques setting one loss field: what
     ``LitePPO.on_fit_start`` builds, checked here before the model loads."""
-    from lite_ppo.technique import PolicyLossConfig, advantage_estimator, build_loss_config, techniques_of
+    from lite_ppo.technique import PolicyLossConfig, advantage_estimator, build_loss_config
 
     if not 0 < hp.clip_eps < 1:
         raise UserError(f"model.clip_eps={hp.clip_eps}: must be in (0, 1)")
-    techniques = techniques_of(trainer)
     try:
         advantage_estimator(techniques)
         build_loss_config(PolicyLossConfig(clip_low=hp.clip_eps, clip_high=hp.clip_eps), techniques)
