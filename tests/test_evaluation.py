@@ -586,15 +586,17 @@ def test_maj_at_k_of_a_sampled_held_out_evaluation_reaches_tensorboard(tmp_path,
     records = [json.loads(line) for line in lines]
     tiers = sorted({r["benchmark"] for r in records})
     assert tiers and len(records) == 4 * sum(1 for r in records if r["sample"] == 0)
-    voted = 0
+    voted, won = 0, []
     for tier in tiers:
         by_problem: dict[str, list[dict]] = {}
         for r in sorted((r for r in records if r["benchmark"] == tier), key=lambda r: r["sample"]):
             by_problem.setdefault(r["id"], []).append(r)
         voted += sum(r["status"] in ("correct", "wrong") for rows in by_problem.values() for r in rows)
+        won += [_maj_by_hand(rows, 4) for rows in by_problem.values()]
         for k in (2, 4):
             tag = f"val/{tier}/maj@{k}"
             assert tag in scalars, sorted(t for t in scalars if t.startswith("val/"))
             expected = sum(_maj_by_hand(rows, k) for rows in by_problem.values()) / len(by_problem)
             assert scalars[tag][-1][1] == pytest.approx(expected, abs=1e-6), (tag, scalars[tag])
     assert voted > 0  # the smoke model answers: the votes are real, not all abstentions
+    assert 0 < sum(won) < len(won), won  # some problems won by the right answer, some lost: a stuck maj@k fails

@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib
 import math
 import warnings
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -274,7 +273,6 @@ def test_an_aggregation_other_than_the_papers_is_warned_about_at_fit_start():
         ([CISPO(), LossAggregation("token-mean")], False),
         ([LossAggregation("seq-mean-token-sum")], False),  # ppo_clip: any aggregation
     ]:
-        module._trainer = SimpleNamespace(callbacks=techniques)
         module._techniques = techniques  # what setup finds in the trainer's callbacks
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

@@ -209,7 +209,8 @@ def test_rollout_callback_adds_every_shaping_term_then_shows_the_batch_read_only
             log_dict=lambda d, **k: logged.extend(d),
             techniques=techniques,
         )
-        trainer = SimpleNamespace(callbacks=techniques, global_rank=0, world_size=1, datamodule=None)
+        # no callbacks: the rollout gets the techniques from the step's context, not by searching the trainer
+        trainer = SimpleNamespace(callbacks=[], global_rank=0, world_size=1, datamodule=None)
         engine = ScriptedEngine([list(g) for g in script])
         rollout = Rollout(engine=engine, sampling=SamplingConfig(n=2, max_new_tokens=16))
         batch = {"problems": problems, "index": 0}
@@ -247,9 +248,7 @@ def test_dropped_rate_is_the_share_over_every_rank(tiny_model_path):
             log_dict=lambda d, **k: None,
             techniques=[DynamicSampling()],
         )
-        trainer = SimpleNamespace(
-            callbacks=list(module.step_context().techniques), global_rank=rank, world_size=2, datamodule=None
-        )
+        trainer = SimpleNamespace(callbacks=[], global_rank=rank, world_size=2, datamodule=None)
         rollout = Rollout(engine=ScriptedEngine(script), sampling=SamplingConfig(n=2, max_new_tokens=16))
         rollout.max_refill_rounds = 0  # the first round is the step
         batch = {"problems": problems, "index": 0}
