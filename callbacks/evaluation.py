@@ -16,7 +16,7 @@ from lite_ppo.evaluation.benchmarks import apply_limit, load_benchmark_config, l
 from lite_ppo.evaluation.metrics import flatten
 from lite_ppo.evaluation.report import comparison_table, table_columns, text_table, write_jsonl, write_report
 from lite_ppo.evaluation.results import GroupMetrics, problem_results, response_records
-from lite_ppo.policy_module import rollout_of
+from lite_ppo.policy_module import STEP_OUTPUT_KEY, rollout_of
 from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
 from lite_ppo.rollout.settings import RunSettings
 from lite_ppo.strategies.ranks import Ranks
@@ -207,7 +207,8 @@ class Evaluation(Callback):
         rollout = rollout_of(outputs)  # LitePPO.validation_step's
         if rollout is None:  # another module: no metrics would come of it, and nothing would say so
             raise UserError(
-                f"Evaluation reads the scored responses that LitePPO.validation_step returns ({{'rollout': ...}}); "
+                f"Evaluation reads the scored responses that LitePPO.validation_step returns "
+                f"({{{STEP_OUTPUT_KEY!r}: ...}}); "
                 f"{type(pl_module).__name__}.validation_step returned {type(outputs).__name__}"
             )
         self._batches_seen += 1

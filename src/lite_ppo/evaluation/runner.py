@@ -105,7 +105,7 @@ def evaluate_problems(
     metrics.to(module.device)
     records: list[dict[str, Any]] = []
     total = sum(len(p) for _, p in benchmarks)
-    # Start the engine now, so its start-up (vLLM: tens of seconds) is not charged to the first benchmark.
+    # Start the engine now, so its start-up (vLLM loads and compiles at start) is not charged to the first benchmark.
     start = time.perf_counter()
     producer.prepare(module)
     timing: dict[str, dict[str, float]] = {"engine_setup": {"wall_time_s": time.perf_counter() - start}}

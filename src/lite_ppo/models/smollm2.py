@@ -66,7 +66,7 @@ def prepare_smollm2(path: str | os.PathLike[str], dtype: torch.dtype = torch.flo
     Weights are dequantized from Q4_1 and stored in ``dtype`` (float32 by default keeps
     the dequantized values exactly; bfloat16 halves the folder). The tokenizer keeps the
     GGUF's ChatML template, uses eos = pad = ``<|im_end|>`` and pads on the left.
-    Takes well under a minute on 2 CPU cores.
+    Slow enough (the whole GGUF is read and dequantized) that callers cache the folder it writes.
 
     Args:
         path: folder to write (created if missing).

@@ -49,16 +49,13 @@ def context_limit(config: Any, engine: Any = None) -> ContextLimit | None:
     return limit
 
 
-def prompt_budget(context: int | None, max_new_tokens: int, max_prompt_tokens: int | None = None) -> int | None:
-    """How many tokens a prompt may have: ``max_prompt_tokens`` when set, else the context less the
-    response budget (None when neither is known). The settings check at start refuses a budget below 1
-    and a ``max_prompt_tokens`` above ``context - max_new_tokens``; each step drops or refuses prompts
-    over it.
+def prompt_budget(context: int | None, max_new_tokens: int) -> int | None:
+    """How many tokens a prompt may have when ``max_prompt_tokens`` is not set: the context less the
+    response budget (None when the context is not known). The settings check at start refuses a budget
+    below 1 and a ``max_prompt_tokens`` above it; each step drops or refuses prompts over the limit.
 
     Example:
-        >>> prompt_budget(2048, 512), prompt_budget(2048, 512, max_prompt_tokens=1024), prompt_budget(None, 512)
-        (1536, 1024, None)
+        >>> prompt_budget(2048, 512), prompt_budget(None, 512)
+        (1536, None)
     """
-    if max_prompt_tokens is not None:
-        return max_prompt_tokens
     return context - max_new_tokens if context is not None else None
