@@ -261,9 +261,9 @@ def test_a_seed_sets_the_data_and_sampling_seeds_unless_overridden(tmp_path):
 @pytest.mark.slow
 def test_sigterm_to_a_sweep_stops_its_running_fit_and_a_rerun_resumes_it(tmp_path, tiny_model_path):
     """SIGTERM to the sweep reaches the running fit, which saves last.ckpt and exits; the sweep
-    waits for it and exits 143, and no process of the sweep is left running. The run records
-    ``interrupted`` with its checkpoint, and the same sweep command again continues that run from it,
-    in its folder, to the end."""
+    waits for it, starts no other point (a second seed waits) and exits 143, and no process of the sweep
+    is left running. The run records ``interrupted`` with its checkpoint, and the same sweep command again
+    continues that run from it, in its folder, to the end, then runs the second seed."""
     import os
     import signal
     import subprocess
@@ -279,8 +279,8 @@ def test_sigterm_to_a_sweep_stops_its_running_fit_and_a_rerun_resumes_it(tmp_pat
     out = tmp_path / "sweep"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
     command = [
-        sys.executable, "-m", "lite_ppo.research.sweep", "--recipe", RECIPES[0], "--seed", "0", "--config", TINY,
-        "--out", str(out), "--no-compare", "--", *SMALL, "--data.steps_per_epoch=12",
+        sys.executable, "-m", "lite_ppo.research.sweep", "--recipe", RECIPES[0], "--seed", "0", "1", "--config",
+        TINY, "--out", str(out), "--no-compare", "--", *SMALL, "--data.steps_per_epoch=12",
         "--trainer.callbacks+=helpers.reliability_faults.StepMarker", f"--trainer.callbacks.path={marker}",
     ]  # fmt: skip
     sweep = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -291,9 +291,14 @@ def test_sigterm_to_a_sweep_stops_its_running_fit_and_a_rerun_resumes_it(tmp_pat
     children = psutil.Process(sweep.pid).children(recursive=True)
     assert children  # the fit of the grid point
     sweep.send_signal(signal.SIGTERM)
-    output = sweep.communicate(timeout=180)[0]
+    try:
+        output = sweep.communicate(timeout=180)[0]
+    finally:
+        if sweep.poll() is None:  # it hung waiting for the second seed (issue 62): end it, report below
+            sweep.kill()
+            sweep.communicate()
     assert sweep.returncode == 128 + signal.SIGTERM, output[-3000:]
-    assert "stopped by SIGTERM" in output
+    assert "stopped by SIGTERM" in output and "_seed1" not in output  # the second seed never started
     assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     (last,) = out.rglob("last.ckpt")
     assert checkpoint_problem(last) is None
@@ -310,10 +315,64 @@ def test_sigterm_to_a_sweep_stops_its_running_fit_and_a_rerun_resumes_it(tmp_pat
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400)
     assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
     assert f"resuming from {last.resolve()}" in again.stdout
-    assert sorted(p.name for p in run_dir.parent.iterdir()) == ["seed0"]  # no seed0-1
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == ["seed0", "seed1"]  # no seed0-1
+    assert json.loads((run_dir.parent / "seed1" / "run.json").read_text())["status"] == "finished"
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "finished" and len(record["resumed"]) == 1 and record["steps"] == 12, record
     assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 12 * 2
+
+
+_HOLDING_FIT = """\
+import os, pathlib, signal, sys, time
+# A stand-in for `python -m lite_ppo.cli fit ...`: says it started, then trains until a signal stops it
+# (a real fit saves its checkpoint and exits 128 + the signal number).
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+pathlib.Path(os.environ["STARTED"], str(os.getpid())).write_text(" ".join(sys.argv[1:]))
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_signalled_sweep_with_points_still_to_start_exits_143(tmp_path, parallel):
+    """SIGTERM while the first point(s) of three run: the running ones get it and stop, none of the
+    others starts and the sweep exits 143 within seconds (it waited forever for the points still to start,
+    ignoring further signals: issue 62). The runs are stand-ins started as processes (``--python``)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    fake_python = tmp_path / "python"
+    fake_python.write_text(f"#!{sys.executable}\n{_HOLDING_FIT}")
+    fake_python.chmod(0o755)
+    started = tmp_path / "started"
+    started.mkdir()
+    command = [
+        sys.executable, "-m", "lite_ppo.research.sweep", "--recipe", RECIPES[0], "--seed", "1", "2", "3",
+        "--config", TINY, "--out", str(tmp_path / "out"), "--no-compare", "--python", str(fake_python),
+        "--launch", "process", "--parallel", str(parallel), *(["--threads", "1"] if parallel > 1 else []),
+    ]  # fmt: skip
+    env = {**os.environ, "STARTED": str(started)}
+    sweep = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(started.iterdir())) < parallel and sweep.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(list(started.iterdir())) == parallel, sweep.communicate(timeout=60)[0][-3000:]
+        children = psutil.Process(sweep.pid).children(recursive=True)
+        sweep.send_signal(signal.SIGTERM)
+        output = sweep.communicate(timeout=60)[0]
+    finally:
+        if sweep.poll() is None:  # the hang: end it, so the failure below is reported, not a stuck suite
+            sweep.kill()
+            sweep.communicate()
+    assert sweep.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert output.count("stopped by SIGTERM") == parallel, output[-3000:]
+    assert len(list(started.iterdir())) == parallel  # no point started after the signal
+    assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def test_a_stopped_run_resumes_and_a_failed_one_starts_over(tmp_path):

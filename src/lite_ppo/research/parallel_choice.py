@@ -32,6 +32,7 @@ from pathlib import Path
 from lite_ppo import metric_names as names
 from lite_ppo.errors import UserError
 from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
+from lite_ppo.research.child_processes import start_child, stop_children
 from lite_ppo.research.grid import GridPoint, run_env
 from lite_ppo.research.run_folder import RunDir
 from lite_ppo.research.scalars import read_scalars
@@ -146,33 +147,27 @@ def _mean_step_seconds(point: GridPoint, folder: Path, python: str | None, copie
     """Mean ``time/step_s`` after the first step over ``copies`` probe runs of ``point`` started together,
     each with ``threads`` math threads."""
     env = run_env(threads)
-    children, logs = [], []
+    children: list[subprocess.Popen] = []
+    outs, logs = [], []
     try:
         for k in range(copies):
             run_out = folder / f"copy{k}"
             run_out.mkdir(parents=True)
             logs.append((run_out / "probe.log").open("w"))
+            outs.append(run_out)
             command = [*point.command(run_out, python), *PROBE_ARGS]
-            # Its own process group, as the sweep's runs: a Ctrl-C at the terminal reaches it through the sweep.
-            child = subprocess.Popen(command, stdout=logs[-1], stderr=subprocess.STDOUT, env=env, process_group=0)
-            children.append((child, run_out))
-        codes = [child.wait() for child, _ in children]
+            # Its own process group, as the sweep's runs: a Ctrl-C at the terminal reaches it through the
+            # sweep. Registered before a signal's exception can fire (it fired inside Popen and lost the child).
+            start_child(children, command, stdout=logs[-1], stderr=subprocess.STDOUT, env=env, process_group=0)
+        codes = [child.wait() for child in children]
     except BaseException:  # a signal to the sweep (raised by its handler), or anything else: no probe left running
-        for child, _ in children:
-            if child.poll() is None:
-                child.terminate()  # a fit stops its reward workers on SIGTERM
-        for child, _ in children:
-            try:
-                child.wait(timeout=STOP_WAIT_S)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+        stop_children(children, STOP_WAIT_S)  # SIGTERM: a fit stops its reward workers
         raise
     finally:
         for log in logs:
             log.close()
     seconds = []
-    for (_, run_out), code in zip(children, codes):
+    for run_out, code in zip(outs, codes):
         if code != 0:
             tail = (run_out / "probe.log").read_text(errors="replace").strip().splitlines()[-1:]
             raise UserError(

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lite_ppo.errors import OneLineParser, UserError, one_line
+from lite_ppo.research.child_processes import STOP_SIGNALS, deferred_signals
 from lite_ppo.research.fork_server import ForkedRun, ForkServer, ForkServerGone
 from lite_ppo.research.grid import FIT_ENTRY, FIT_PRELOAD, GridPoint, expand_grid, run_env
 from lite_ppo.research.run_folder import RunDir
@@ -63,7 +64,7 @@ from lite_ppo.research.sweep_lock import SweepLock
 __all__ = ["find_point_runs", "main", "run_sweep"]
 
 STATUS_FINISHED = "finished"
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+FORWARDED_SIGNALS = STOP_SIGNALS
 # Forking after the imports is safe where fork copies a process as it is (Linux); macOS's system
 # frameworks are not fork-safe once loaded, and Windows has no fork.
 DEFAULT_LAUNCH = "fork" if sys.platform == "linux" else "process"
@@ -246,7 +247,9 @@ def run_sweep(
     # no handlers outside the main thread: the children are still waited for
     with _signals_to(forward):
         try:
-            while todo or running:
+            # After a signal no point starts: the sweep ends once the running ones have stopped, however
+            # many are still to start (waiting for them to start was a hang).
+            while running or (todo and not received):
                 if todo and start_until is not None and time.time() >= start_until:
                     not_started = [point for _, point, _ in todo]
                     todo.clear()
@@ -265,21 +268,23 @@ def run_sweep(
                     with log_path.open("a") as log:
                         log.write(f"=== lite-ppo sweep, {time.strftime('%Y-%m-%d %H:%M:%S')}: {point.label} {how}\n")
                     # Each run in its own process group: a Ctrl-C at the terminal reaches it once, through
-                    # the sweep, like a kill of the sweep does.
-                    if launch == "fork":
-                        if server is None:
-                            server = ForkServer(FIT_ENTRY, FIT_PRELOAD, python, env, title="lite-ppo")
-                        child = server.start(point.fit_args(out, checkpoint), log_path, append=True)
-                    else:
-                        with log_path.open("a") as log:  # the child keeps its own descriptor
-                            child = subprocess.Popen(
-                                point.command(out, python, checkpoint),
-                                process_group=0,
-                                stdout=log,
-                                stderr=subprocess.STDOUT,
-                                env=env,
-                            )
-                    running[child] = (i, point, log_path, time.monotonic())
+                    # the sweep, like a kill of the sweep does. A signal while it starts is forwarded once it
+                    # is in `running` (before, it missed the run, which then trained to its end).
+                    with deferred_signals():
+                        if launch == "fork":
+                            if server is None:
+                                server = ForkServer(FIT_ENTRY, FIT_PRELOAD, python, env, title="lite-ppo")
+                            child = server.start(point.fit_args(out, checkpoint), log_path, append=True)
+                        else:
+                            with log_path.open("a") as log:  # the child keeps its own descriptor
+                                child = subprocess.Popen(
+                                    point.command(out, python, checkpoint),
+                                    process_group=0,
+                                    stdout=log,
+                                    stderr=subprocess.STDOUT,
+                                    env=env,
+                                )
+                        running[child] = (i, point, log_path, time.monotonic())
                     ran.append(point)
                 ended = [child for child in running if child.poll() is not None]
                 if not ended:
