@@ -13,7 +13,6 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
 from lite_ppo.research.grid import GridPoint
 
 __all__ = ["ARRAY_SCRIPT", "emit_slurm"]
@@ -68,5 +67,8 @@ def emit_slurm(
 def _write_script(path: Path, text: str) -> None:
     """Replace ``path`` whole (a job that starts while the sweep rewrites its scripts reads the old or the new
     one, never part of one), executable."""
+    # Imported here: checkpoint_io brings torch and Lightning, ten seconds that `sweep --help` need not pay.
+    from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
+
     atomic_write_bytes(path, text.encode())
     path.chmod(0o755)
