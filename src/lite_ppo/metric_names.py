@@ -4,14 +4,17 @@ a rename happens in one place.
 
 :data:`SCALARS` documents every scalar a run logs (docs/tensorboard.md's table is rendered from it by
 :func:`scalar_table_markdown`, and a test checks it against what a run actually writes);
-:func:`custom_scalars_layout` is the first TensorBoard screen (the paper's key panels).
+:func:`custom_scalars_layout` is the first TensorBoard screen (the paper's key panels), and
+:func:`time_series_url` opens the TIME SERIES tab with them pinned on top.
 
 Imports nothing of the project.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import urllib.parse
 from collections.abc import Sequence
 
 # Generation side: every response generated for the step (verifier verdicts, before shaping).
@@ -378,6 +381,17 @@ _COST_PANELS = {
 }
 
 
+def _first_row(tiers: Sequence[str], benchmarks: bool, held_out: Sequence[str] | None) -> dict[str, str]:
+    """Chart title -> tag of the first category, in order: what a researcher looks at first."""
+    return {
+        **_TRAINING_ACCURACY_PANEL,
+        **{f"held-out accuracy, {tier}": val_accuracy(tier) for tier in (tiers if held_out is None else held_out)},
+        **(_BENCHMARK_PANEL if benchmarks else {}),
+        **_KL_PANEL,
+        **_PAPER_PANELS,
+    }
+
+
 def custom_scalars_layout(
     tiers: Sequence[str] = (),
     techniques: Sequence[str] = (),
@@ -398,13 +412,7 @@ def custom_scalars_layout(
     def charts(panels: dict[str, str]) -> dict[str, list]:
         return {title: ["Multiline", [f"^{re.escape(tag)}$"]] for title, tag in panels.items()}
 
-    first = {
-        **_TRAINING_ACCURACY_PANEL,
-        **{f"held-out accuracy, {tier}": val_accuracy(tier) for tier in (tiers if held_out is None else held_out)},
-        **(_BENCHMARK_PANEL if benchmarks else {}),
-        **_KL_PANEL,
-        **_PAPER_PANELS,
-    }
+    first = _first_row(tiers, benchmarks, held_out)
     update = charts(_UPDATE_PANELS)
     update["advantage (mean, band from min to max)"] = ["Margin", [ADVANTAGE_MEAN, ADVANTAGE_MIN, ADVANTAGE_MAX]]
     layout = {"1 paper panels": charts(first), "2 update": update}
@@ -421,6 +429,30 @@ def custom_scalars_layout(
         layout["4 techniques"] = charts(own)
     layout["5 cost"] = charts(_COST_PANELS)
     return layout
+
+
+# -- the TIME SERIES tab ---------------------------------------------------------------------------------
+# TensorBoard's TIME SERIES tab groups the tags by their prefix and sorts the groups by name, so it opens
+# on clip/ and groups/ whatever a run logs: no setting of a run changes that order, and renaming the tags
+# (0_reward/...) would split every recorded run from the new ones and break every reader. Pinned cards come
+# before all groups, and TensorBoard reads them from the address (the ``pinnedCards`` parameter it writes
+# itself when a card is pinned), so an address can open the tab on the key panels.
+TIME_SERIES_PINS = 10  # TensorBoard keeps at most 10 pinned cards
+
+
+def time_series_url(
+    tiers: Sequence[str] = (),
+    benchmarks: bool = False,
+    held_out: Sequence[str] | None = None,
+    base: str = "http://localhost:6006/",
+) -> str:
+    """A TensorBoard address whose TIME SERIES tab shows the first charts of :func:`custom_scalars_layout`
+    pinned above every group (training accuracy, the held-out accuracy of each tier, ...), as many as
+    TensorBoard pins (:data:`TIME_SERIES_PINS`)."""
+    tags = list(dict.fromkeys(_first_row(tiers, benchmarks, held_out).values()))[:TIME_SERIES_PINS]
+    pins = json.dumps([{"plugin": "scalars", "tag": tag} for tag in tags], separators=(",", ":"))
+    # Brackets, braces, colons, commas and slashes stay readable: a query value may hold them as they are.
+    return f"{base}?pinnedCards={urllib.parse.quote(pins, safe='[]{}:,/')}#timeseries"
 
 
 # The settings that most often tell runs apart: the HPARAMS tab shows them as its first columns

@@ -1,7 +1,8 @@
 """Paper-style comparison figures: one panel per quantity over training steps (or over the compute
 spent: cumulative generated tokens or training seconds), per group of seeds a mean line with a band
-(95 % confidence interval of the mean by default, or min–max, or ±std), one colour per recipe (per
-factorial cell in a ``sweep --factor`` comparison) in every panel.
+(95 % confidence interval of the mean by default, or min–max, or ±std), each group in a style of its own
+(:func:`group_styles`: its own colour up to ten groups, then colours x line styles, never two groups alike)
+and the same in every panel. The legend sits below the panels, inside the image, however long the labels.
 
 The look follows the training-curve figures of Liu et al., "Tricks or Traps? A Deep Dive into RL
 for LLM Reasoning" (arXiv 2508.08221): thin mean lines, shaded spread across seeds, light grid,
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import io
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -44,27 +46,39 @@ from lite_ppo.research.runs import RunGroup  # noqa: E402
 from lite_ppo.research.scalars import ScalarTable, Series  # noqa: E402
 from lite_ppo.research.stats import CONFIDENCE  # noqa: E402
 
-__all__ = ["BAND_TEXT", "OVERVIEW_FILE", "aggregate", "aggregate_xy", "colour_key", "plot_comparison", "recipe_colours"]
+__all__ = ["BAND_TEXT", "OVERVIEW_FILE", "GroupStyle", "aggregate", "aggregate_xy", "group_styles", "plot_comparison"]
 
 OVERVIEW_FILE = "overview.png"
 _LINESTYLES = ("-", "--", ":", "-.")
+_MARKERS = ("o", "s", "^", "D")  # with the line style: single evaluation points (no line) stay apart too
 Band = Literal["ci", "minmax", "std"]
 BAND_TEXT = {"ci": f"{CONFIDENCE:.0%} CI of the mean (t)", "minmax": "min–max", "std": "±1 std"}
 
 
-def colour_key(group: RunGroup) -> str:
-    """What a colour stands for: the recipe, and the factorial cell for runs of ``sweep --factor``
-    (whose cells share one recipe); groups with the same key differ in line style."""
-    cell = group.runs[0].cell if group.runs else {}
-    return group.recipe + (" [" + ", ".join(f"{k}={v}" for k, v in cell.items()) + "]" if cell else "")
+@dataclass(frozen=True)
+class GroupStyle:
+    """How one group is drawn in every panel."""
+
+    colour: tuple[float, float, float, float]  # RGBA
+    linestyle: str
+    marker: str
 
 
-def recipe_colours(groups: list[RunGroup]) -> dict[str, str]:
-    """One colour per recipe (per recipe and cell in a factorial sweep), sorted by name, the same in
-    every panel and figure of a comparison."""
-    palette = plt.get_cmap("tab10").colors
-    keys = sorted({colour_key(g) for g in groups})
-    return {k: matplotlib.colors.to_hex(palette[i % len(palette)]) for i, k in enumerate(keys)}
+def group_styles(groups: list[RunGroup]) -> list[GroupStyle]:
+    """A style per group, in the groups' order (sorted by label, so a recipe's variants sit together), no
+    two with the same colour and line style: up to 10 groups a colour each (tab10), solid; up to 40 the
+    ten colours again with the next line style (and marker); past that ``ceil(n / 4)`` hues spread evenly
+    around the colour wheel, each with the four line styles. (One colour per recipe drew five variants of
+    one recipe in one colour, and with four line styles the fifth like the first.)"""
+    n = len(groups)
+    palette = [matplotlib.colors.to_rgba(c) for c in plt.get_cmap("tab10").colors]
+    if n > len(palette) * len(_LINESTYLES):
+        hues = math.ceil(n / len(_LINESTYLES))
+        palette = [matplotlib.colors.to_rgba(matplotlib.colors.hsv_to_rgb((h / hues, 0.8, 0.85))) for h in range(hues)]
+    return [
+        GroupStyle(palette[i % len(palette)], _LINESTYLES[i // len(palette)], _MARKERS[i // len(palette)])
+        for i in range(n)
+    ]
 
 
 def _grid(series: list[Series], steps: np.ndarray, values: list[np.ndarray]) -> np.ndarray:
@@ -123,21 +137,17 @@ def _draw(
     quantity: Quantity,
     groups: list[RunGroup],
     tables: dict[Path, ScalarTable],
-    colours: dict[str, str],
+    styles: list[GroupStyle],
     band: Band,
     axis: Axis,
     cums: dict[Path, np.ndarray | None],
 ) -> bool:
     """Draw one panel; False when no group logged the quantity."""
     drawn = False
-    styles: dict[str, int] = {}
     scale = 100.0 if quantity.share else 1.0
-    for group in groups:
+    for group, style in zip(groups, styles):
         logged = [(r.path, tables[r.path].get(quantity.tag)) for r in group.runs]
         logged = [(path, s.finite()) for path, s in logged if s is not None and len(s.finite())]
-        key = colour_key(group)
-        style = _LINESTYLES[styles.setdefault(key, 0) % len(_LINESTYLES)]
-        styles[key] += 1
         if not logged:
             continue
         series = [s for _, s in logged]
@@ -150,7 +160,6 @@ def _draw(
         floor, ceiling = quantity.value_range
         low = np.clip(low, floor, ceiling) if floor is not None or ceiling is not None else low
         high = np.clip(high, floor, ceiling) if floor is not None or ceiling is not None else high
-        colour = colours[key]
         label = f"{group.label} (n={len(series)})"
         if quantity.evaluation or x.size == 1:
             xerr = [x - x_low, x_high - x] if axis.per_step_tag is not None and np.any(x_high > x_low) else None
@@ -159,18 +168,18 @@ def _draw(
                 mean * scale,
                 yerr=[(mean - low) * scale, (high - mean) * scale],
                 xerr=xerr,
-                marker="o",
+                marker=style.marker,
                 markersize=4,
-                linestyle=style if x.size > 1 else "none",
+                linestyle=style.linestyle if x.size > 1 else "none",
                 linewidth=0.9,
-                color=colour,
+                color=style.colour,
                 label=label,
                 capsize=3,
             )
         else:
-            ax.plot(x, mean * scale, color=colour, linestyle=style, linewidth=1.6, label=label)
+            ax.plot(x, mean * scale, color=style.colour, linestyle=style.linestyle, linewidth=1.6, label=label)
             if len(series) > 1:
-                ax.fill_between(x, low * scale, high * scale, color=colour, alpha=0.2, linewidth=0)
+                ax.fill_between(x, low * scale, high * scale, color=style.colour, alpha=0.2, linewidth=0)
         drawn = True
     if drawn:
         ax.set_title(quantity.title, fontsize=10)
@@ -218,7 +227,7 @@ def plot_comparison(
     (:func:`lite_ppo.research.compute_axis.cumulative`), needed for a compute ``axis``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     cums = cums or {}
-    colours = recipe_colours(groups)
+    styles = group_styles(groups)
     present = [
         q
         for q in quantities
@@ -230,9 +239,9 @@ def plot_comparison(
     top = _x_range(groups, tables, present, cums)
     cols = min(4, len(present))
     rows = math.ceil(len(present) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows + 0.8), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows + 0.4), squeeze=False, layout="constrained")
     for ax, quantity in zip(axes.flat, present):
-        if _draw(ax, quantity, groups, tables, colours, band, axis, cums):
+        if _draw(ax, quantity, groups, tables, styles, band, axis, cums):
             _span_axis(ax, top)
     for ax in list(axes.flat)[len(present) :]:
         ax.set_visible(False)
@@ -242,24 +251,41 @@ def plot_comparison(
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    # Two entries a row: long group labels (recipe/model [cell]) would run past the figure's edge at four.
-    ncol = min(2, max(1, len(labels)))
-    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
-    fig.suptitle(f"Mean over seeds, shaded / bars: {BAND_TEXT[band]}, cut at each quantity's range", fontsize=10)
-    fig.tight_layout(rect=(0, 0.03 + 0.025 * math.ceil(len(labels) / ncol), 1, 0.97))
+    # wrap: one panel is narrower than the caption
+    fig.suptitle(
+        f"Mean over seeds, shaded / bars: {BAND_TEXT[band]}, cut at each quantity's range", fontsize=10, wrap=True
+    )
+    _legend_below(fig, handles, labels, fontsize=8)
     overview = out_dir / OVERVIEW_FILE
     _save(fig, overview, dpi)
     written.append(overview)
     for quantity in present:
-        fig, ax = plt.subplots(figsize=(5.0, 3.6))
-        _draw(ax, quantity, groups, tables, colours, band, axis, cums)
+        fig, ax = plt.subplots(figsize=(5.0, 3.6), layout="constrained")
+        _draw(ax, quantity, groups, tables, styles, band, axis, cums)
         _span_axis(ax, top)
-        ax.legend(fontsize=7, frameon=False)
-        fig.tight_layout()
+        _legend_below(fig, *ax.get_legend_handles_labels(), fontsize=7)  # below: inside, it hid the curves
         path = out_dir / f"{quantity.slug}.png"
         _save(fig, path, dpi)
         written.append(path)
     return written
+
+
+def _legend_below(fig, handles: list, labels: list[str], fontsize: float) -> None:
+    """The legend under the panels, inside the image: in as many columns (up to four) as fit the figure's
+    width, the figure widened where even one column is wider, and made taller by the legend's height so
+    the panels keep theirs (the constrained layout places it). A legend placed in a figure of fixed size
+    ran past both edges with long group labels, and one inside the axes hid the curves."""
+    if not labels:
+        return
+    renderer = fig.canvas.get_renderer()
+    for ncol in range(min(4, len(labels)), 0, -1):
+        legend = fig.legend(handles, labels, loc="outside lower center", ncol=ncol, fontsize=fontsize, frameon=False)
+        box = legend.get_window_extent(renderer)
+        if box.width <= 0.95 * fig.bbox.width or ncol == 1:
+            break
+        legend.remove()
+    width, height = fig.get_size_inches()
+    fig.set_size_inches(max(width, box.width / fig.dpi + 0.4), height + box.height / fig.dpi)
 
 
 def _save(fig, path: Path, dpi: int) -> None:

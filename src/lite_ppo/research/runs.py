@@ -165,9 +165,9 @@ def group_runs(runs: list[Run]) -> list[RunGroup]:
 
 def _disambiguate(groups: list[RunGroup]) -> None:
     """Groups that share a label get the config entries that tell them apart appended to it:
-    ``(ClipHigher=on, model.lr=1e-05)``, ``(LossAggregation.mode=token-mean)``. A technique present in one
-    group and absent in another is one entry (its arguments then differ by implication); the shallowest
-    entries come first, and at most :data:`_LABEL_KEYS` of them (``+N more`` says how many are left)."""
+    ``(ClipHigher=on, model.lr=1e-05)``, ``(LossAggregation.mode=token-mean)``. The entries that tell every
+    two of them apart come first (:func:`label_keys`), so ``+N more`` never hides the only difference of
+    two groups; then other differing entries, shallowest first, up to :data:`_LABEL_KEYS` in all."""
     by_label: dict[str, list[RunGroup]] = {}
     for group in groups:
         by_label.setdefault(group.label, []).append(group)
@@ -175,14 +175,14 @@ def _disambiguate(groups: list[RunGroup]) -> None:
         if len(same) < 2:
             continue
         flats = [flatten_config(g.runs[0].experiment()) for g in same]
-        differing = differing_keys(flats)
+        shown, more = label_keys(flats)
         for group, flat in zip(same, flats):
-            parts = [f"{_short_key(k)}={label_value(flat, k)}" for k in differing[:_LABEL_KEYS]]
-            more = f", +{len(differing) - _LABEL_KEYS} more" if len(differing) > _LABEL_KEYS else ""
-            group.label += f" ({', '.join(parts)}{more})" if parts else f" ({group.runs[0].path.name})"
+            parts = [f"{_short_key(k)}={label_value(flat, k)}" for k in shown]
+            tail = f", +{more} more" if more else ""
+            group.label += f" ({', '.join(parts)}{tail})" if parts else f" ({group.runs[0].path.name})"
 
 
-_LABEL_KEYS = 4  # config entries at most in a disambiguated group label
+_LABEL_KEYS = 4  # config entries at most in a disambiguated group label (more only where needed to tell groups apart)
 _ABSENT = "-"  # how a group label shows an entry its config does not have (a technique not in the list)
 _CALLBACKS = "trainer.callbacks."
 
@@ -190,6 +190,11 @@ _CALLBACKS = "trainer.callbacks."
 def _short_key(key: str) -> str:
     """``trainer.callbacks.ClipHigher.eps_high`` reads ``ClipHigher.eps_high``: techniques are known by name."""
     return key[len(_CALLBACKS) :] if key.startswith(_CALLBACKS) else key
+
+
+def _key_order(key: str) -> tuple[int, str]:
+    """Shallowest first, then by name (as a label shows it)."""
+    return _short_key(key).count("."), _short_key(key)
 
 
 def differing_keys(flats: list[dict[str, Any]]) -> list[str]:
@@ -200,10 +205,43 @@ def differing_keys(flats: list[dict[str, Any]]) -> list[str]:
     differing = [
         k for k in keys if len({json.dumps(f.get(k, _ABSENT), sort_keys=True, default=str) for f in flats}) > 1
     ]
-    return sorted(
-        (k for k in differing if not any(k.startswith(f"{d}.") for d in differing)),
-        key=lambda k: (_short_key(k).count("."), _short_key(k)),
-    )
+    return sorted((k for k in differing if not any(k.startswith(f"{d}.") for d in differing)), key=_key_order)
+
+
+def telling_keys(flats: list[dict[str, Any]]) -> list[str]:
+    """Keys whose shown values (:func:`label_value`) tell every two of the flattened configs apart that
+    differ at all: picked one at a time, each the key that tells apart the most pairs not yet told apart
+    (the shallowest such key on a tie), in the order picked. Keys at any depth count: with one group
+    without ClipHigher and two with it at different ``eps_high``, ``ClipHigher`` alone (on in both) would
+    leave the two alike; ``ClipHigher.eps_high`` tells all three apart."""
+    keys = sorted(set().union(*flats), key=_key_order)
+    shown = {k: [label_value(f, k) for f in flats] for k in keys}
+    pairs = {
+        (i, j)
+        for i in range(len(flats))
+        for j in range(i + 1, len(flats))
+        if any(shown[k][i] != shown[k][j] for k in keys)
+    }
+    picked: list[str] = []
+    while pairs:
+        told = {k: {(i, j) for i, j in pairs if shown[k][i] != shown[k][j]} for k in keys if k not in picked}
+        best = max(told, key=lambda k: len(told[k]), default=None)  # max keeps the first (shallowest) on a tie
+        if best is None or not told[best]:
+            break
+        picked.append(best)
+        pairs -= told[best]
+    return picked
+
+
+def label_keys(flats: list[dict[str, Any]], limit: int = _LABEL_KEYS) -> tuple[list[str], int]:
+    """The keys a label shows for each of the flattened configs, and how many differing keys it leaves to
+    ``+N more``: first the keys that tell them apart (:func:`telling_keys`, shallowest first; all of them,
+    past ``limit`` if need be: a cut one could be the only difference of two groups), then the other
+    :func:`differing_keys` up to ``limit`` keys in all."""
+    telling = sorted(telling_keys(flats), key=_key_order)
+    rest = [k for k in differing_keys(flats) if k not in telling]
+    room = max(0, limit - len(telling))
+    return telling + rest[:room], len(rest[room:])
 
 
 def label_value(flat: dict[str, Any], key: str) -> str:
