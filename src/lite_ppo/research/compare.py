@@ -13,11 +13,15 @@ Reads the TensorBoard event files of the given runs, groups the runs that differ
   (:mod:`lite_ppo.research.factorial`), each with its minimum detectable effect at 80 % power and a
   verdict sentence (:mod:`lite_ppo.research.power`; also printed), a paired analysis by problem where
   the runs wrote per-problem held-out results (:mod:`lite_ppo.research.bootstrap`), and the steps until
-  training accuracy reached 50 % / 90 % of its final value.
+  training accuracy reached 50 % / 90 % of its final value. Each contrast has one primary verdict, the
+  others labelled secondary (:data:`lite_ppo.research.summary.PRIMARY_RULE`).
 
 Runs of different lengths, quantities some runs never logged and runs still being written are fine.
-A run whose event files hold no readable record (damaged, empty, not TensorBoard files) is left out
-and named (``summary.json``'s ``unreadable``); when no run is readable, compare fails (exit 2).
+The runs are read as ``lite-ppo plan`` reads them (:mod:`lite_ppo.research.run_set`): a run whose event
+files hold no readable record (damaged, empty, not TensorBoard files) is left out and named
+(``summary.json``'s ``unreadable``), and so is a run whose ``run.json`` is damaged (``damaged_records``, and a
+note); when no run is readable, compare fails (exit 2). Diverged and short runs stay in the figures and
+leave the scores and tests (:mod:`lite_ppo.research.run_health`), each named in a note.
 
 Example::
 
@@ -35,14 +39,13 @@ import sys
 from pathlib import Path
 
 from lite_ppo.errors import OneLineParser, UserError
-from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
-from lite_ppo.research.compute_axis import AXES, cumulative
-from lite_ppo.research.figures import BAND_TEXT, plot_comparison
-from lite_ppo.research.quantities import quantities_for
-from lite_ppo.research.runs import RunGroup, find_runs, group_runs
-from lite_ppo.research.scalars import ScalarTable, has_events, read_many
+from lite_ppo.research.compute_axis import AXES
+from lite_ppo.research.scalars import ScalarTable
 from lite_ppo.research.scores import POOLED_VAL, CheckpointRule, default_score, score_series
-from lite_ppo.research.summary import summarize, summary_markdown, verdict_lines
+
+# Only what building the parser needs is imported above, so that `lite-ppo compare --help` answers at
+# once: the figures (matplotlib), the statistics (scipy, statsmodels) and the atomic writer (whose package
+# imports Lightning) are imported by compare() when it runs.
 
 __all__ = ["compare", "main"]
 
@@ -63,21 +66,18 @@ def compare(
     select_on: str = POOLED_VAL,
 ) -> dict:
     """Run the whole comparison; returns the summary (as written to ``summary.json``)."""
+    from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
+    from lite_ppo.research.compute_axis import cumulative
+    from lite_ppo.research.figures import BAND_TEXT, plot_comparison
+    from lite_ppo.research.quantities import quantities_for
+    from lite_ppo.research.run_set import counted_runs, read_run_set
+    from lite_ppo.research.summary import summarize, summary_markdown
+
     if x not in AXES:
         raise UserError(f"--x {x!r}: expected one of {', '.join(AXES)}")
-    runs = find_runs(patterns)
-    tables: dict[Path, ScalarTable] = read_many([run.path for run in runs], jobs)
-    # A run without a single scalar may have just started; one without a single record is unreadable.
-    unreadable = [run.path for run in runs if not tables[run.path] and not has_events(run.path)]
-    if len(unreadable) == len(runs):
-        raise UserError(
-            f"none of the {len(runs)} runs has a readable TensorBoard event file (damaged, empty or not "
-            f"TensorBoard files): {', '.join(map(str, unreadable))}"
-        )
-    runs = [run for run in runs if run.path not in unreadable]
-    tables = {path: table for path, table in tables.items() if path not in unreadable}
-    groups: list[RunGroup] = group_runs(runs)
-    all_tags = {tag for table in tables.values() for tag in table}
+    run_set = read_run_set(patterns, jobs)
+    groups, tables = run_set.groups, run_set.tables
+    all_tags = run_set.tags
     quantities = quantities_for(all_tags)
     axis = AXES[x]
     cums = {path: cumulative(table, axis, path) for path, table in tables.items()}
@@ -87,10 +87,12 @@ def compare(
         _check_logged("--select-on", select_on, tables)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = plot_comparison(groups, tables, quantities, out_dir, band=band, axis=axis, cums=cums)  # type: ignore[arg-type]
-    summary = summarize(groups, tables, quantities, rule)
+    # The runs that count (plan counts the same ones: lite_ppo.research.run_set) and the notes on the others.
+    summary = summarize(groups, tables, quantities, rule, counted_runs(run_set, rule.score))
     summary["figures"] = [p.name for p in figures]
     summary["band"] = band
-    summary["unreadable"] = [str(path) for path in unreadable]
+    summary["unreadable"] = [str(path) for path in run_set.unreadable]
+    summary["damaged_records"] = {str(path): why for path, why in run_set.damaged_records.items()}
     summary["band_text"] = f"{BAND_TEXT[band]}, cut at each quantity's range"
     summary["x"] = axis.name
     summary["x_label"] = axis.label
@@ -151,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    from lite_ppo.research.summary import verdict_lines
+
     try:
         summary = compare(
             args.runs, args.out, args.band, args.jobs, args.x, args.checkpoint, args.score, args.select_on
@@ -169,13 +173,6 @@ def main(argv: list[str]) -> int:
         f"compared {n_runs} runs in {len(summary['groups'])} groups: "
         + ", ".join(g["label"] for g in summary["groups"])
     )
-    for group in summary["groups"]:
-        seeds = [s for s in group["seeds"] if s is not None]
-        if len(seeds) != len(set(seeds)):
-            print(
-                f"note: group {group['label']} holds several runs with the same seed (counted once, as their "
-                f"mean: they are not independent samples): {group['runs']}"
-            )
     for note in summary["notes"]:
         print(f"note: {note}")
     for line in verdict_lines(summary):

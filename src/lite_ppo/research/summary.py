@@ -23,7 +23,13 @@ Definitions (per run, then aggregated over the group's runs that logged the quan
   (:mod:`lite_ppo.research.problem_results`) also gets ``paired``, a two-level bootstrap over seeds and
   problems paired by problem (:mod:`lite_ppo.research.bootstrap`), with its own MDE and verdict, on the
   problems the score is the accuracy of (every held-out tier for ``val/*/accuracy``, one tier for
-  ``val/<tier>/accuracy``; none for another score, e.g. a benchmark's);
+  ``val/<tier>/accuracy``; none for another score, e.g. a benchmark's); below
+  :data:`~lite_ppo.research.bootstrap.BOOTSTRAP_CALIBRATED_SEEDS` seeds per cell its verdict gives the interval
+  only (``calibrated`` false), no "detected" and no "no effect larger than";
+- primary verdict: every verdict has a ``role``, ``primary`` or ``secondary``, and its ``method``, one primary
+  per contrast (:data:`PRIMARY_RULE`): a pair's Welch test under the checkpoint rule, unless the pair is two
+  cells of a factorial design that differ in one factor, whose effect (per-seed contrasts) is then primary
+  (the pair's ``primary`` names it); the other checkpoint's Welch test and the bootstrap are secondary;
 - milestone ``reward_50``/``reward_90``: the first step at which training accuracy reached 50 % /
   90 % of that run's final value; runs whose final accuracy is 0 have none.
 
@@ -45,18 +51,28 @@ import numpy as np
 
 from lite_ppo import metric_names as names
 from lite_ppo.metric_names import REWARD_ACCURACY
-from lite_ppo.research.bootstrap import paired_bootstrap
+from lite_ppo.research.bootstrap import BOOTSTRAP_CALIBRATED_SEEDS, paired_bootstrap
 from lite_ppo.research.factorial import effects, find_designs
 from lite_ppo.research.power import POWER_METHOD, mde_contrast, mde_normal, mde_two_groups, pooled_sd, verdict
 from lite_ppo.research.problem_results import correctness_matrix, read_problem_results
 from lite_ppo.research.quantities import Quantity
-from lite_ppo.research.run_health import LEFT_OUT_RULE, left_out_runs
+from lite_ppo.research.run_health import LEFT_OUT_RULE
+from lite_ppo.research.run_set import Counted, RunSet, counted_runs
 from lite_ppo.research.runs import Run, RunGroup
 from lite_ppo.research.scalars import ScalarTable, Series
 from lite_ppo.research.scores import CheckpointRule, run_scores, val_tier
 from lite_ppo.research.stats import CONFIDENCE, mean_ci, welch_difference
 
-__all__ = ["MILESTONES", "first_step_reaching", "summarize", "summary_markdown", "verdict_lines"]
+__all__ = [
+    "CONTRAST_METHOD",
+    "MILESTONES",
+    "PRIMARY_RULE",
+    "WELCH_METHOD",
+    "first_step_reaching",
+    "summarize",
+    "summary_markdown",
+    "verdict_lines",
+]
 
 MILESTONES = (0.5, 0.9)
 CI_METHOD = (
@@ -64,6 +80,19 @@ CI_METHOD = (
     "differences of two groups: Welch's t-test and its Welch-Satterthwaite interval "
     "(scipy.stats.ttest_ind, equal_var=False); factorial effects: the per-seed contrasts' t-interval "
     "and one-sample t-test against 0"
+)
+VERDICTS_HEADER = (
+    "verdicts, one primary per contrast (a secondary one looks at the same contrast another way and decides "
+    "nothing; the rule: summary.md):"
+)
+WELCH_METHOD = "Welch t-test over seeds"
+CONTRAST_METHOD = "t-test of the per-seed contrasts"
+PRIMARY_RULE = (
+    "one primary verdict per contrast, the others secondary (they look at the same contrast another way and "
+    "decide nothing): for a pair of groups the Welch t-test over seeds under the checkpoint rule; for a "
+    "factorial effect the t-test of its per-seed contrasts, also when the effect is a pair of cells (a "
+    "one-factor design's main effect, a simple effect), since the design runs every cell on the same seeds; "
+    "secondary: the other checkpoint's Welch test, the bootstrap by problem"
 )
 
 
@@ -150,7 +179,16 @@ def _paired(
     out["problems_left_out"] = len(set.union(*(set(r) for r in results))) - len(ids)  # not evaluated by every run
     out["file"] = "each run's last heldout/step_*.json" if rule.checkpoint == "last" else "heldout/step_<best step>"
     out["mde"] = mde_normal(out["se"])
-    out["verdict"] = verdict(out["diff"], out["ci"], out["p"], out["mde"])
+    # Resampling few seeds cannot show the spread between seeds: below the seeds where the bootstrap was
+    # calibrated, its interval is shown and neither "detected" nor "no effect larger than" is claimed.
+    out["calibrated_from"] = BOOTSTRAP_CALIBRATED_SEEDS
+    out["calibrated"] = min(len(a), len(b)) >= BOOTSTRAP_CALIBRATED_SEEDS
+    uncalibrated = (
+        None
+        if out["calibrated"]
+        else f"not calibrated below {BOOTSTRAP_CALIBRATED_SEEDS} seeds per cell ({len(a)} and {len(b)} here)"
+    )
+    out["verdict"] = verdict(out["diff"], out["ci"], out["p"], out["mde"], uncalibrated=uncalibrated)
     return out
 
 
@@ -232,10 +270,53 @@ def _factorial_section(
             sd = float(np.std(per_seed, ddof=1)) if len(per_seed) >= 2 else None
             effect["mde"] = mde_contrast(effect["n"], sd)
             effect["verdict"] = verdict(effect["estimate"], effect["ci"], effect["p"], effect["mde"])
+            effect["method"], effect["role"] = CONTRAST_METHOD, "primary"
         for entry, cell in zip(result["cells"], itertools.product(*design.factors.values())):
             entry["group"] = design.cells[cell].label
-        out.append({"base": design.base, "factors": design.factors, "response": response, **result})
+        design_out = {"base": design.base, "factors": design.factors, "response": response, "on_score": use_score}
+        out.append(design_out | result)
     return out, notes
+
+
+def _same_contrast(design: dict[str, Any], a: str, b: str) -> tuple[dict[str, Any], str] | None:
+    """The factorial effect that is the contrast of groups ``a`` and ``b`` (``(effect, name)``), when both are
+    cells of ``design`` that differ in one factor, one of them at its reference level: the main effect of a
+    one-factor design, else the simple effect at the other factors' levels. None otherwise."""
+    cells = {entry["group"]: entry["cell"] for entry in design["cells"]}
+    if a not in cells or b not in cells:
+        return None
+    differing = [f for f in design["factors"] if cells[a][f] != cells[b][f]]
+    if len(differing) != 1:
+        return None
+    (factor,) = differing
+    reference = design["factors"][factor][0]
+    if reference not in (cells[a][factor], cells[b][factor]):
+        return None  # two levels besides the reference: no effect compares them
+    level = cells[b][factor] if cells[a][factor] == reference else cells[a][factor]
+    at = {f: v for f, v in cells[a].items() if f != factor}
+    candidates = design["simple_effects"] if at else design["main_effects"]
+    for effect in candidates:
+        if effect["factor"] == factor and effect["level"] == level and effect.get("at", {}) == at:
+            return effect, f"{design['base']}: {_effect_name(effect)}"
+    return None
+
+
+def _name_primaries(score: dict[str, Any], factorial: list[dict[str, Any]], key: str) -> None:
+    """Mark every verdict ``primary`` or ``secondary`` (``role``, with its ``method``) by :data:`PRIMARY_RULE`;
+    each pair gets ``primary``, the verdict that decides it, and ``primary_effect``, the factorial effect's name
+    when that is it (else None)."""
+    for pair in score["pairs"]:
+        effect = next(
+            (found for d in factorial if d["on_score"] and (found := _same_contrast(d, pair["a"], pair["b"]))), None
+        )
+        pair["primary_effect"] = effect[1] if effect else None
+        pair["primary"] = f"factorial effect {effect[1]}" if effect else f"{key} ({WELCH_METHOD})"
+        for which in ("final", "best"):
+            if pair.get(which):
+                pair[which]["method"] = WELCH_METHOD
+                pair[which]["role"] = "primary" if which == key and effect is None else "secondary"
+        if pair.get("paired"):
+            pair["paired"]["role"] = "secondary"
 
 
 def summarize(
@@ -243,11 +324,15 @@ def summarize(
     tables: dict[Path, ScalarTable],
     quantities: list[Quantity],
     rule: CheckpointRule | None = None,
+    counted: Counted | None = None,
 ) -> dict[str, Any]:
-    """The ``summary.json`` content for ``groups`` (``tables`` maps each run's path to its scalars)."""
+    """The ``summary.json`` content for ``groups`` (``tables`` maps each run's path to its scalars);
+    ``counted``: the runs that count and the notes (:func:`lite_ppo.research.run_set.counted_runs`, computed
+    here when not given)."""
     rule = rule or CheckpointRule()
     # Diverged runs and runs shorter than their group: out of every score and test, said why.
-    left_out, health_notes = left_out_runs(groups, tables, rule.score)
+    counted = counted if counted is not None else counted_runs(RunSet(groups, tables), rule.score)
+    left_out = counted.left_out
     every_run = {group.label: group.runs for group in groups}
     # The per-quantity tables describe every run that did not diverge (their final_step shows a short
     # one); the scores, tests and effects use the runs kept by the rule only.
@@ -303,20 +388,22 @@ def summarize(
         entry["milestones"] = milestones
         out_groups.append(entry)
     factorial, notes = _factorial_section([g for g in groups if g.runs], tables, rule)
-    notes = health_notes + notes
+    score = _score_section(groups, tables, rule)
+    _name_primaries(score, factorial, "best" if rule.checkpoint == "best" else "final")
     return {
         "confidence": CONFIDENCE,
         "ci_method": CI_METHOD,
         "power_method": POWER_METHOD,
+        "primary_rule": PRIMARY_RULE,
         "groups": out_groups,
         # better: None where no direction is an improvement (response length, entropy): "best" is only the max.
         "quantities": {
             q.tag: {"title": q.title, "unit": q.unit, "share": q.share, "better": q.better, "range": q.value_range}
             for q in quantities
         },
-        "score": _score_section(groups, tables, rule),
+        "score": score,
         "factorial": factorial,
-        "notes": notes,
+        "notes": counted.notes + notes,
         "left_out_rule": LEFT_OUT_RULE,
     }
 
@@ -383,23 +470,36 @@ def _score_markdown(score: dict[str, Any]) -> list[str]:
             lines.append(f"| {pair['a']} | {pair['b']} | " + " | ".join(cells) + " |")
         pair_lines = _pair_verdicts(score)
         if pair_lines:
-            lines += ["", "Verdicts (minimum detectable effect at 80 % power, α = 0.05, two-sided):", ""]
+            lines += [
+                "",
+                "Verdicts (minimum detectable effect at 80 % power, α = 0.05, two-sided; one primary per contrast, "
+                "by the rule at the top):",
+                "",
+            ]
             lines += [f"- {line}" for line in pair_lines]
     return lines
+
+
+def _role(stat: dict[str, Any], effect: str | None = None) -> str:
+    """``[primary: <method>]`` or ``[secondary: <method>]``; a secondary one names the factorial ``effect`` that
+    is the primary verdict on its contrast, if one is."""
+    elsewhere = f"; primary: factorial effect {effect}" if effect and stat["role"] == "secondary" else ""
+    return f"[{stat['role']}: {stat['method']}{elsewhere}]"
 
 
 def _pair_verdicts(score: dict[str, Any]) -> list[str]:
     lines = []
     for pair in score["pairs"]:
+        effect = pair.get("primary_effect")
         for key in ("final", "best"):
             stat = pair.get(key)
             if stat and stat.get("verdict"):
-                lines.append(f"{pair['a']} − {pair['b']}, {key}: {stat['verdict']}")
+                lines.append(f"{_role(stat, effect)} {pair['a']} − {pair['b']}, {key}: {stat['verdict']}")
         paired = pair.get("paired")
         if paired and paired.get("verdict"):
             lines.append(
-                f"{pair['a']} − {pair['b']}, held-out accuracy per problem ({paired['method']}; "
-                f"{paired['n_problems']} problems, {paired['rounds']} rounds; {paired['file']}): {paired['verdict']}"
+                f"{_role(paired, effect)} {pair['a']} − {pair['b']}, held-out accuracy per problem "
+                f"({paired['n_problems']} problems, {paired['rounds']} rounds; {paired['file']}): {paired['verdict']}"
             )
     return lines
 
@@ -414,19 +514,22 @@ def _effect_name(eff: dict[str, Any]) -> str:
     return f"interaction: {f1} {a} − {ra} × {f2} {b} − {rb}"
 
 
-def _factorial_verdicts(design: dict[str, Any]) -> list[str]:
+def _factorial_verdicts(design: dict[str, Any], prefix: str = "") -> list[str]:
     return [
-        f"{_effect_name(eff)}: {eff['verdict']}"
+        f"{_role(eff)} {prefix}{_effect_name(eff)}: {eff['verdict']}"
         for eff in [*design["main_effects"], *design["interactions"], *design.get("simple_effects", [])]
         if eff.get("verdict")
     ]
 
 
 def verdict_lines(summary: dict[str, Any]) -> list[str]:
-    """Every verdict sentence of a summary, one line each (what ``compare`` prints): pairs, then factorial effects."""
+    """Every verdict sentence of a summary, one line each (what ``compare`` prints): pairs, then factorial
+    effects, each labelled ``[primary: ...]`` or ``[secondary: ...]`` (:data:`PRIMARY_RULE`)."""
     lines = _pair_verdicts(summary["score"])
     for design in summary["factorial"]:
-        lines += [f"{design['base']}: {line}" for line in _factorial_verdicts(design)]
+        lines += _factorial_verdicts(design, prefix=f"{design['base']}: ")
+    if lines:
+        lines.insert(0, VERDICTS_HEADER)
     return lines
 
 
@@ -469,6 +572,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         "as their mean) [95 % confidence interval of the mean].",
         f"Method: {summary['ci_method']}.",
         *([f"Power: {summary['power_method']}."] if summary.get("power_method") else []),
+        *([f"Verdicts: {summary['primary_rule']}."] if summary.get("primary_rule") else []),
         "",
     ]
     if summary.get("x_label"):
