@@ -188,6 +188,20 @@ def test_missing_path_is_one_line_exit_2(capsys, tmp_path, extra, named) -> None
     assert line.startswith("lite-ppo fit: error:") and named in line, line
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["zero3.yaml", "zero3_offload.yaml"])
+def test_a_gpu_strategy_on_a_machine_without_one_points_to_the_cpu_test_strategy(capsys, tmp_path, strategy) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU: the GPU strategy runs")
+    config = str(REPO / "configs/strategies" / strategy)
+    line = _user_error(capsys, ["fit", *_recipe_args(tmp_path, "--config", config)])
+    assert line.startswith("lite-ppo fit: error:"), line
+    assert "CUDA" in line and "configs/strategies/zero3_cpu_test.yaml" in line and "docs/scaling.md" in line, line
+    assert not list(tmp_path.rglob("seed*")), "the run folder of a run that never started is left behind"
+
+
 # ------------------------------------------------------------------ every subcommand with a shipped recipe
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory, tiny_model_path) -> tuple[Path, Path, str]:
@@ -249,6 +263,48 @@ def test_validate_prints_held_out_tiers_and_the_present_benchmarks(capsys, tmp_p
     assert list((fitted[1].parent.parent / "validate").glob("events.out.tfevents.*"))
     tiers = out[out.index("Held-out tiers") :].splitlines()
     assert {line.split()[0]: line.split()[1] for line in tiers[3:6]} == {"easy": "32", "medium": "32", "hard": "32"}
+
+
+@pytest.mark.slow
+def test_validate_of_a_checkpoint_heads_its_step_fetches_nothing_and_warns_nothing(
+    capsys, tmp_path, monkeypatch, recwarn, fitted
+) -> None:
+    """validate --ckpt_path: the tables are headed with the checkpoint's global step (not 0); a default
+    benchmark that is not on this machine (aime24: fetched from the Hub on first use) is named as not
+    found and never fetched, online or not; Lightning's "dirpath has changed" warning is not shown."""
+    import torch
+
+    import lite_ppo.cli.lightning_cli as cli
+    from lite_ppo.data import registry
+    from lite_ppo.evaluation.benchmarks import DEFAULT_BENCHMARKS, BenchmarkSpec
+
+    if registry.status("aime24") != "missing":
+        pytest.skip("aime24 is in this machine's data cache")
+    fetched: list[str] = []
+
+    def fetch(name, *args, **kwargs):
+        fetched.append(name)
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(registry, "fetch", fetch)
+    monkeypatch.setattr(registry, "_fetch_failure", None)  # an earlier test's failed fetch must not hide a new one
+    for variable in (*registry.OFFLINE_VARIABLES, "LITE_PPO_EVAL_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+    aime24 = next(spec for spec in DEFAULT_BENCHMARKS if spec.name == "aime24")
+    specs = [BenchmarkSpec("mini", str(_mini_benchmark(tmp_path))), aime24]
+    monkeypatch.setattr(cli, "default_benchmark_specs", lambda: (specs, None), raising=False)
+    ckpt = fitted[1]
+    step = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
+    assert step > 0
+
+    main(["validate", *_recipe_args(tmp_path), "--ckpt_path", str(ckpt), "--limit", "1"])
+    out, err = capsys.readouterr()
+    assert fetched == []
+    assert "not found: aime24" in out
+    assert f"Evaluation (global step {step})" in out and f"Held-out tiers (global step {step})" in out
+    assert "global step 0" not in out
+    assert not [w for w in recwarn if "dirpath has changed" in str(w.message)]
+    assert "dirpath has changed" not in err
 
 
 @pytest.mark.slow

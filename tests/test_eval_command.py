@@ -112,7 +112,11 @@ def test_evaluate_sampled_reports_mean_and_pass_at_k(tmp_path, tiny_model_path, 
         "--max-new-tokens",
         "4",
     )
-    metrics, records, _ = _read(out)
+    metrics, records, table = _read(out)
+    # metrics.md names the sampled mean mean@4; no column calls it accuracy (greedy pass@1 in the docs).
+    header = next(line for line in table.splitlines() if line.startswith("| benchmark |"))
+    headers = [cell.strip() for cell in header.strip("|").split("|")]
+    assert "mean@4 %" in headers and not [h for h in headers if h.startswith("accuracy")], headers
     assert metrics["sampling"] == {
         "n": 4,
         "greedy": False,
@@ -483,3 +487,73 @@ def test_a_bad_generated_benchmark_is_one_line(tmp_path, monkeypatch, capsys, be
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0], err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--n", "2", "--temperature", "1.0", "--pass-k", "8"], ["--pass-k 8:", "k <= n", "n is 2", "(--n)"]),
+        (["--pass-k", "2"], ["--pass-k 2:", "n is 1", "(the default)"]),  # greedy: one response per problem
+        (["--n", "4", "--temperature", "1.0", "--pass-k", "2", "0"], ["--pass-k 0:", "1 <= k"]),
+    ],
+)
+def test_pass_k_above_n_is_one_line_before_any_model_loads(tmp_path, monkeypatch, capsys, flags, expected):
+    """pass@k draws k of a problem's n responses: a k outside 1..n is refused at once (exit 2, one line),
+    not after the model loaded and generated, and nothing is written."""
+    import lite_ppo.evaluation.runner as runner
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded before the settings were checked")
+
+    monkeypatch.setattr(runner, "load_policy_module", no_model)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", "--model", "builtin:tiny", "--benchmarks", "gsm8k", "--out", "o", *flags])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lite-ppo evaluate: error: "), err
+    assert all(part in err[0] for part in expected), err
+    assert not (tmp_path / "o").exists()
+
+
+def _damaged_checkpoints(folder: Path) -> dict[str, Path]:
+    """Files that are not a readable checkpoint of lite-ppo fit, each named by what is wrong with it."""
+    import hashlib
+
+    whole = folder / "whole.ckpt"
+    torch.save({"hyper_parameters": {"model_path": "builtin:tiny"}, "state_dict": {"policy.w": torch.zeros(64)}}, whole)
+    data = whole.read_bytes()
+    cut = folder / "truncated.ckpt"
+    cut.write_bytes(data[: len(data) // 2])
+    cut_checked = folder / "truncated-with-checksum.ckpt"
+    cut_checked.write_bytes(data[: len(data) // 2])
+    # The checksum of the whole file, as VerifiedCheckpointIO wrote it before the file was cut.
+    (folder / "truncated-with-checksum.ckpt.sha256").write_text(f"{hashlib.sha256(data).hexdigest()}  x.ckpt\n")
+    text = folder / "notes.ckpt"
+    text.write_text("not a checkpoint\n")
+    foreign = folder / "foreign.ckpt"  # a torch file, but not a training checkpoint
+    torch.save({"weights": torch.zeros(3)}, foreign)
+    tensor = folder / "tensor.ckpt"
+    torch.save(torch.zeros(3), tensor)
+    whole.unlink()
+    return {"truncated": cut, "checksum": cut_checked, "text": text, "foreign": foreign, "tensor": tensor}
+
+
+@pytest.mark.parametrize("command", ["evaluate", "export-hf"])
+def test_a_damaged_or_foreign_checkpoint_is_one_line(tmp_path, monkeypatch, capsys, command):
+    """A truncated checkpoint (with or without its .sha256) or a file that is no checkpoint: one line naming
+    the file, exit 2, no torch traceback (PytorchStreamReader, UnpicklingError), as `fit --ckpt_path`."""
+    monkeypatch.chdir(tmp_path)
+    files = _damaged_checkpoints(tmp_path)
+    what = {"truncated": "truncated", "checksum": "SHA-256", "text": "not a torch checkpoint", "foreign": "policy"}
+    for kind, path in files.items():
+        argv = ["evaluate", "--model", str(path), "--benchmarks", "gsm8k", "--limit", "1", "--out", "o"]
+        if command == "export-hf":
+            argv = ["export-hf", str(path), "exported"]
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == 2, kind
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"lite-ppo {command}: error: checkpoint {path}"), (kind, err)
+        assert what.get(kind, "") in err[0], (kind, err)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "exported").exists()

@@ -211,6 +211,30 @@ def test_group_metrics_average_excludes_benchmarks_outside_the_average():
     assert "gsm" in text_table(results)
 
 
+def _headers(md: str) -> list[str]:
+    return [cell.strip() for cell in md.splitlines()[0].strip("|").split("|")]
+
+
+def test_the_accuracy_column_is_named_for_what_it_is():
+    """docs/evaluation.md: accuracy is greedy pass@1. Sampled responses are scored as their mean (mean@n),
+    so the table never calls a sampled mean "accuracy": 4 samples show mean@4 alone, one greedy response
+    "accuracy % (greedy)", one sampled response "mean@1 %"."""
+    sampled = GroupMetrics(["x"], num_samples=4)
+    statuses = ["correct", "wrong", "wrong", "wrong", "correct", "correct", "wrong", "no_box"]  # 2 problems x 4
+    sampled.update_records("x", [{"status": s, "length": 5, "truncated": False} for s in statuses])
+    for greedy in (False, None):
+        headers = _headers(markdown_table(sampled.compute(), greedy=greedy))
+        assert "mean@4 %" in headers and not [h for h in headers if h.startswith("accuracy")], headers
+    row = markdown_table(sampled.compute()).splitlines()[2].strip("|").split("|")
+    assert float(row[headers.index("mean@4 %")]) == pytest.approx(100 * 3 / 8, abs=0.05)
+
+    single = GroupMetrics(["x"])
+    single.update_records("x", [{"status": "correct", "length": 5, "truncated": False}])
+    assert "accuracy % (greedy)" in _headers(markdown_table(single.compute(), greedy=True))
+    assert "mean@1 %" in _headers(markdown_table(single.compute(), greedy=False))
+    assert "accuracy % (greedy)" in text_table(single.compute(), greedy=True).splitlines()[0]
+
+
 # ---------------------------------------------------------------------------- DDP: metric sync
 def test_metrics_sync_across_two_processes_equals_one_process(tmp_path):
     from helpers.eval_ddp import ddp_records, worker

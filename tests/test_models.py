@@ -323,9 +323,14 @@ def test_a_damaged_model_cache_is_found_and_repaired(tmp_path, monkeypatch, caps
         # Size and time as recorded: a run's quick check passes it; prepare-model hashes and repairs.
         assert resolve_model("builtin:testbed-base") == str(path) and "again" not in capsys.readouterr().err
         assert prepare_main(["builtin:testbed-base"]) == 0
+        out, err = capsys.readouterr()
+        assert out == f"{path}\n"
+        err = err.strip().splitlines()
+        assert len(err) == 2 and "model.safetensors changed" in err[1] and "built again" in err[1], err
+        err = err[:1]  # the repair as it began, checked below like the quick check's
     else:
         assert resolve_model("builtin:testbed-base") == str(path)
-    err = capsys.readouterr().err.strip().splitlines()
+        err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "builtin:testbed-base" in err[0] and err[0].endswith("building it again"), err
     assert ("missing" if how == "delete" else "model.safetensors changed") in err[0]
     assert weights_digest(path) == shipped_digest("base")  # the shipped weights again

@@ -158,3 +158,35 @@ def test_sigusr1_and_ctrl_c_also_stop_with_a_checkpoint(tmp_path, tiny_model_pat
     assert f"stopped by {signum.name}" in stderr
     if signum == signal.SIGINT:
         assert "Ctrl-C: finishing the current step" in stderr
+
+
+@pytest.mark.parametrize("hook", ["setup", "on_fit_start", "on_train_start"])
+def test_sigterm_during_start_up_stops_at_once_with_143_and_one_line(tmp_path, tiny_model_path, hook):
+    """SIGTERM before the first training step (the model loading, an engine starting; before and after
+    Lightning installs its handlers): fit stops within seconds, not after the start-up and a first step,
+    with exit status 143, one line on stderr and no traceback; the unstarted run's folder is removed."""
+    marker = tmp_path / "starting"
+    config = tmp_path / "slow.yaml"
+    slow = {"class_path": "helpers.slow_startup.SlowStartup", "init_args": {"marker": str(marker), "hook": hook}}
+    config.write_text(yaml.safe_dump({"trainer": {"callbacks": [slow], "enable_progress_bar": False}}))
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as err, open(tmp_path / "stdout.txt", "w") as out:
+        proc = subprocess.Popen(_command(tmp_path, config), env=_env(), cwd=REPO, stdout=out, stderr=err)
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the run did not reach its start-up hook"
+            time.sleep(0.05)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            status = proc.wait(timeout=20)  # the hook sleeps 60 s: only a prompt stop ends before
+        finally:
+            proc.kill()
+    waited = time.monotonic() - sent
+    stderr = log.read_text()
+    assert status == 143 and waited < 15, (status, waited, stderr[-3000:])
+    assert "Traceback" not in stderr
+    stopped = [line for line in stderr.splitlines() if "SIGTERM" in line]
+    assert len(stopped) == 1 and stopped[0].startswith("lite-ppo fit: stopped by SIGTERM"), stderr[-3000:]
+    assert not list((tmp_path / "tb").rglob("seed*")), "the folder of a run that never started is left behind"

@@ -82,7 +82,9 @@ def export_hf(
     hparams = client.get("hyper_parameters") or {}
     model = model or hparams.get("model_path")
     if not model:
-        raise ValueError("the checkpoint stores no model_path: pass --model (the base model the run started from)")
+        raise UserError(
+            f"checkpoint {checkpoint} stores no model_path: pass --model (the base model the run started from)"
+        )
     base = resolve_model(model)
     lora = LoraSettings.from_config(hparams.get("lora"))
     if adapter and lora is None:
@@ -186,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(
             f"checkpoint {args.checkpoint}: no such file or folder (a .ckpt file or a DeepSpeed checkpoint folder)"
         )
-    out = export_hf(args.checkpoint, args.out_dir, model=args.model, dtype=args.dtype, adapter=args.adapter)
+    from lite_ppo.models.streams import stdout_to_stderr
+
+    # stdout is the folder alone (`$(lite-ppo export-hf ...)`); what libraries print meanwhile goes to stderr.
+    with stdout_to_stderr():
+        out = export_hf(args.checkpoint, args.out_dir, model=args.model, dtype=args.dtype, adapter=args.adapter)
     print(out)
     return 0
 

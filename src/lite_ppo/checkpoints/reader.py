@@ -22,12 +22,14 @@ Example:
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 
-from lite_ppo.errors import MissingFileError
+from lite_ppo.errors import MissingFileError, one_line
+from lite_ppo.reliability.checkpoint_io import CheckpointCorruptError, checkpoint_problem, previous_good_checkpoint
 
 __all__ = ["CheckpointContents", "is_deepspeed_checkpoint", "read_checkpoint"]
 
@@ -52,7 +54,7 @@ def is_deepspeed_checkpoint(path: str | os.PathLike) -> bool:
     return path.is_dir() and (path / "latest").is_file()
 
 
-def _policy_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _policy_names(state: dict[str, torch.Tensor], checkpoint: Path) -> dict[str, torch.Tensor]:
     out = {}
     for name, tensor in state.items():
         for prefix in _CHECKPOINT_WRAPPER_PREFIXES:
@@ -61,8 +63,9 @@ def _policy_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if name.startswith(POLICY_PREFIX):
             out[name[len(POLICY_PREFIX) :]] = tensor
     if not out:
-        raise ValueError(
-            f"no `policy.*` weights in the checkpoint (keys start with {sorted({k.split('.')[0] for k in state})})"
+        found = f"keys start with {sorted({k.split('.')[0] for k in state})}" if state else "it has no state_dict"
+        raise CheckpointCorruptError(
+            f"checkpoint {checkpoint}: no `policy.*` weights ({found}): not a checkpoint of lite-ppo fit"
         )
     return out
 
@@ -86,16 +89,43 @@ def read_checkpoint(checkpoint: str | os.PathLike, lazy: bool = False) -> Checkp
             raise MissingFileError(
                 f"{path / tag} has no *_model_states.pt: not a DeepSpeed checkpoint written by Lightning"
             )
-        state = torch.load(files[0], map_location="cpu", weights_only=False)
+        state = _load_whole(files[0], path)
         client = {
             k: v for k, v in state.items() if k not in ("module", "optimizer", "param_shapes", "frozen_param_fragments")
         }
-        weights = _policy_names(get_fp32_state_dict_from_zero_checkpoint(str(path), lazy_mode=lazy))
+        try:
+            weights = get_fp32_state_dict_from_zero_checkpoint(str(path), lazy_mode=lazy)
+        except (RuntimeError, OSError, EOFError, pickle.UnpicklingError, ValueError, KeyError) as err:
+            raise CheckpointCorruptError(
+                f"checkpoint {path}: its DeepSpeed shards do not read ({type(err).__name__}: {one_line(str(err))})"
+            ) from err
+        weights = _policy_names(weights, path)
         return CheckpointContents(client, weights if lazy else {k: v.float() for k, v in weights.items()})
     if not path.is_file():
         raise MissingFileError(
             f"{path} is neither a DeepSpeed checkpoint folder (with a `latest` file) nor a checkpoint file"
         )
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = _load_whole(path, path)
     client = {k: v for k, v in state.items() if k not in ("state_dict", "optimizer_states")}
-    return CheckpointContents(client, {k: v.float() for k, v in _policy_names(state.get("state_dict", {})).items()})
+    weights = _policy_names(state.get("state_dict") or {}, path)
+    return CheckpointContents(client, {k: v.float() for k, v in weights.items()})
+
+
+def _load_whole(file: Path, checkpoint: Path) -> dict[str, Any]:
+    """``torch.load`` of a checkpoint file that was first checked whole (size, the SHA-256 recorded
+    beside it, a complete archive): a truncated, changed or foreign file is one line naming it and the
+    newest good checkpoint beside it (the checks of ``lite-ppo fit --ckpt_path``), not torch's traceback."""
+    problem = checkpoint_problem(file)
+    if problem is None:
+        try:
+            state = torch.load(file, map_location="cpu", weights_only=False)
+        except (RuntimeError, OSError, EOFError, pickle.UnpicklingError, ValueError, AttributeError) as err:
+            problem = f"does not load ({type(err).__name__}: {one_line(str(err))})"
+        else:
+            if isinstance(state, dict):
+                return state
+            problem = f"holds a {type(state).__name__}, not a checkpoint dict"
+    where = f"checkpoint {file}" if file == checkpoint else f"checkpoint {checkpoint}: {file.name}"
+    good = previous_good_checkpoint(file) if file == checkpoint else None
+    hint = f"; the newest good checkpoint beside it is {good}" if good is not None else ""
+    raise CheckpointCorruptError(f"{where} {problem}{hint}")

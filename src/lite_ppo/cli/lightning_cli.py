@@ -42,6 +42,7 @@ from lite_ppo.data.datamodule import MathDataModule
 from lite_ppo.data.seeding import run_seed
 from lite_ppo.errors import UserError, name_the_option, parser_message
 from lite_ppo.reliability import CheckpointIntegrity, DivergenceGuard, Preemption
+from lite_ppo.reliability.preemption import StartupSignals, StoppedBySignal
 from lite_ppo.research.config_diff import config_differences, describe_differences
 from lite_ppo.research.run_folder import RunDir
 from lite_ppo.research.run_naming import configure_evaluation_dir, earlier_namesake, prepare_fit_run
@@ -76,14 +77,16 @@ class LitePPOCLI(LightningCLI):
     """
 
     # -- which subcommands, and how their parsers fail ---------------------------------------------
-    def __init__(self, *args: Any, only_subcommand: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, only_subcommand: str | None = None, startup: StartupSignals | None = None, **kwargs: Any
+    ) -> None:
         # Building one subcommand's parser (not all of them) keeps `lite-ppo fit --help` short.
         self.only_subcommand = only_subcommand
         self.run_dir: Path | None = None  # fit: the run folder (research/run_naming.py)
         self.created_run_dir = False  # fit: the folder did not exist before this command
         self.evaluation_dir: Path | None = None  # validate/test of a run's checkpoint: <run>/<subcommand>
         self.limit: int | None = None  # validate/test --limit: the first N problems of each benchmark
-        self.first_step = _FirstStep()
+        self.first_step = _FirstStep(startup)
         super().__init__(*args, **kwargs)
 
     def subcommands(self) -> dict[str, set[str]]:  # LightningCLI's is static; it is always called on the instance
@@ -153,7 +156,13 @@ class LitePPOCLI(LightningCLI):
             isinstance(cb, Evaluation) and cb.evaluate_before_training for cb in [*configured, *callbacks]
         ):
             config = {**config, "num_sanity_val_steps": -1}
-        return super()._instantiate_trainer(config, callbacks)
+        try:
+            return super()._instantiate_trainer(config, callbacks)
+        except MisconfigurationException as err:
+            hint = _no_gpu_hint(config)
+            if hint is None:
+                raise
+            raise UserError(f"{hint} (Lightning: {' '.join(str(err).split())})") from err
 
     def before_instantiate_classes(self) -> None:
         # Unset data / rollout seeds are the run's seed (lite_ppo.data.seeding, set by seed_everything just
@@ -243,6 +252,9 @@ class LitePPOCLI(LightningCLI):
             print(f"lite-ppo fit: run folder {self.run_dir}", flush=True)
         try:
             super()._run_subcommand(subcommand)
+        except StoppedBySignal:  # its one line (run_lightning) is all that is said
+            self._remove_unstarted_run(say=False)
+            raise
         except BaseException:
             if say and not self._remove_unstarted_run(say=True):
                 print(f"lite-ppo fit: run folder {self.run_dir}", flush=True)
@@ -255,6 +267,8 @@ class LitePPOCLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         if self.subcommand == "fit":
             trainer.callbacks.append(self.first_step)
+        if self.subcommand == "validate":
+            trainer.callbacks.append(_CheckpointProgress())
         if self.subcommand in ("fit", "validate") and not any(isinstance(cb, Evaluation) for cb in trainer.callbacks):
             evaluation = self.default_evaluation(self.subcommand)
             if evaluation is not None:
@@ -311,13 +325,17 @@ class LitePPOCLI(LightningCLI):
         """``Trainer.validate``; Lightning's own metric table is left out when the ``Evaluation``
         callback prints its (compact) tables."""
         printing = any(isinstance(cb, Evaluation) and cb.print_table for cb in self.trainer.callbacks)
-        return self.trainer.validate(
-            model,
-            datamodule=datamodule,
-            ckpt_path=ckpt_path,
-            verbose=verbose and not printing,
-            weights_only=weights_only,
-        )
+        with warnings.catch_warnings():
+            # The checkpoint's ModelCheckpoint state names the run's checkpoint folder, this trainer's the
+            # validate/ folder; validate saves no checkpoint, so what Lightning does not reload is not used.
+            warnings.filterwarnings("ignore", message="The dirpath has changed from")
+            return self.trainer.validate(
+                model,
+                datamodule=datamodule,
+                ckpt_path=ckpt_path,
+                verbose=verbose and not printing,
+                weights_only=weights_only,
+            )
 
     # -- test: the benchmark evaluation of `lite-ppo evaluate` --------------------------------------
     def test(
@@ -385,7 +403,9 @@ class LitePPOCLI(LightningCLI):
             from lite_ppo.evaluation.benchmarks import apply_limit
 
             specs = apply_limit(specs, self.limit)
-        present, missing, _ = present_benchmarks(specs, data_dir)
+        # Benchmarks a configured Evaluation callback names are fetched when missing (as `lite-ppo evaluate`
+        # fetches what --benchmarks names); the default list is evaluated where present.
+        present, missing, _ = present_benchmarks(specs, data_dir, fetch_missing=None if evaluation else False)
         if not present:
             raise UserError(
                 f"test found none of the benchmark files ({', '.join(missing) or 'no benchmarks configured'}): "
@@ -402,13 +422,28 @@ class LitePPOCLI(LightningCLI):
 
 
 class _FirstStep(Callback):
-    """Notes that a training step began: until then a failed ``fit`` has nothing worth keeping."""
+    """Notes that a training step began: until then a failed ``fit`` has nothing worth keeping, and a
+    SIGTERM stops it at once (``startup``); from then on a signal lets the step finish (``Preemption``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, startup: StartupSignals | None = None) -> None:
         self.started = False
+        self.startup = startup
 
     def on_train_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int) -> None:
         self.started = True
+        if self.startup is not None:
+            self.startup.training_started()
+
+
+class _CheckpointProgress(Callback):
+    """``validate --ckpt_path``: the trainer takes the checkpoint's training progress, so the evaluation is
+    reported and logged at the step the checkpoint reached (Lightning restores only the validation loop's
+    progress outside ``fit``: every table would say "global step 0")."""
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        fit_loop = (checkpoint.get("loops") or {}).get("fit_loop")
+        if trainer.state.fn == "validate" and fit_loop:
+            trainer.fit_loop.load_state_dict(fit_loop)
 
 
 # The LightningCLI subcommands lite-ppo offers (predict is not: see lite_ppo.cli.commands.REMOVED).
@@ -438,6 +473,21 @@ def run_lightning(argv: list[str]) -> None:
                 f"{arg.split('=', 1)[0]} is not an option of lite-ppo: the policy trains with AdamW; set model.lr, "
                 "model.betas, model.weight_decay, model.warmup_steps and model.lr_schedule (constant|cosine)"
             )
+    # A SIGTERM while fit starts up (minutes with a large model) stops it at once, in one line, instead of
+    # after the start-up and a first training step (lite_ppo.reliability.preemption.StartupSignals).
+    startup = StartupSignals().install() if name == "fit" else None
+    try:
+        _run_cli(name, argv, startup)
+    except StoppedBySignal as stop:
+        if rank_zero_only.rank == 0:
+            print(f"lite-ppo {name}: stopped by {stop.signum.name} {stop.when}", file=sys.stderr, flush=True)
+        raise SystemExit(stop.code) from None
+    finally:
+        if startup is not None:
+            startup.uninstall()
+
+
+def _run_cli(name: str, argv: list[str], startup: StartupSignals | None) -> None:
     # Several --config files with callback lists: merged by class, not the last list replacing the others.
     argv, merged = compose_callbacks(argv)
     if merged and rank_zero_only.rank == 0:
@@ -457,10 +507,34 @@ def run_lightning(argv: list[str]) -> None:
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
             only_subcommand=name,
+            startup=startup,
         )
     except MisconfigurationException as err:
         # Lightning's own verdict on a trainer setting (an unavailable accelerator, conflicting flags).
         raise UserError(" ".join(str(err).split())) from err
+
+
+def _no_gpu_hint(trainer_config: dict[str, Any]) -> str | None:
+    """Why a trainer that asks for GPUs cannot start on this machine, and what runs here instead; None when
+    it does not ask for GPUs or CUDA is there (then Lightning's own message says what is wrong)."""
+    import torch
+
+    accelerator = str(trainer_config.get("accelerator") or "")
+    if accelerator not in ("gpu", "cuda") or torch.cuda.is_available():
+        return None
+    strategy = trainer_config.get("strategy")
+    name = strategy if isinstance(strategy, str) else type(strategy).__name__
+    if "deepspeed" in name.lower():
+        # configs/strategies/zero3*.yaml: the CPU strategy runs the same ZeRO-3 code paths, for tests.
+        return (
+            f"trainer.accelerator {accelerator} with DeepSpeed (configs/strategies/zero3.yaml, zero3_offload.yaml) "
+            "needs CUDA GPUs and this machine has none; on a CPU use configs/strategies/zero3_cpu_test.yaml "
+            "instead (ZeRO-3 with 2 gloo processes, for tests; launched with torchrun, see docs/scaling.md)"
+        )
+    return (
+        f"trainer.accelerator {accelerator}: needs a CUDA GPU and this machine has none; "
+        "use --trainer.accelerator cpu (or auto)"
+    )
 
 
 def default_benchmark_specs() -> tuple[list, str | None]:
@@ -472,9 +546,14 @@ def default_benchmark_specs() -> tuple[list, str | None]:
     return load_benchmark_config(DEFAULT_BENCHMARK_CONFIG if Path(DEFAULT_BENCHMARK_CONFIG).is_file() else None)
 
 
-def present_benchmarks(specs: list, data_dir: str | None) -> tuple[list, list[str], Path | None]:
+def present_benchmarks(
+    specs: list, data_dir: str | None, fetch_missing: bool | None = False
+) -> tuple[list, list[str], Path | None]:
     """``([(spec, problems)], [missing names], folder)``: the benchmarks whose file exists (a
-    malformed file still fails) in ``folder`` = ``data_dir``, else ``$LITE_PPO_EVAL_DIR``."""
+    malformed file still fails) in ``folder`` = ``data_dir``, else ``$LITE_PPO_EVAL_DIR``, else shipped
+    or cached. ``fetch_missing``: fetch a missing registered set from the Hub first; off by default, as
+    the default list (aime24, ...) is only what to evaluate when present: without a network a fetch
+    would only fail, and with one it would download what nobody asked for."""
     from lite_ppo.data.registry import DatasetMissing
     from lite_ppo.evaluation.benchmarks import load_benchmark, resolve_data_dir
 
@@ -485,7 +564,7 @@ def present_benchmarks(specs: list, data_dir: str | None) -> tuple[list, list[st
     present, missing = [], []
     for spec in specs:
         try:
-            present.append((spec, load_benchmark(spec, folder)))
+            present.append((spec, load_benchmark(spec, folder, fetch_missing)))
         except (FileNotFoundError, DatasetMissing):
             missing.append(spec.name)
     return present, missing, folder

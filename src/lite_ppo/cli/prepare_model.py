@@ -1,5 +1,8 @@
 """``lite-ppo prepare-model NAME``: build or convert a builtin model into the local cache, print its folder.
 
+stdout holds the folder and nothing else (``MODEL=$(lite-ppo prepare-model builtin:tiny)``); stderr says
+what was checked (every file of a cached builtin against its recorded SHA-256) or built or repaired.
+
 Example::
 
     lite-ppo prepare-model builtin:smollm2-135m-instruct     # prints ~/.cache/lite_ppo/models/smollm2-135m-instruct
@@ -47,12 +50,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--out goes with --rebuild")
     if args.rebuild and args.name not in REBUILDABLE:
         parser.error(f"--rebuild: only {', '.join(REBUILDABLE)} are rebuilt (pre-trained), got {args.name!r}")
-    if args.rebuild:
-        return _rebuild(args.name, args.out)
-    from lite_ppo.models import resolve_model  # transformers: only when the command runs
+    from lite_ppo.models.streams import stdout_to_stderr  # lite_ppo.models: transformers, only when it runs
 
-    # Every file of a cached builtin is hashed against its build record (a damaged one is rebuilt, said so).
-    print(resolve_model(args.name, verify=True))
+    # stdout is the folder alone (`$(lite-ppo prepare-model ...)`): what libraries print meanwhile goes
+    # to stderr (DeepSpeed's accelerator line when transformers first imports it).
+    with stdout_to_stderr():
+        if args.rebuild:
+            folder = _rebuild(args.name, args.out)
+        else:
+            from lite_ppo.models.registry import check_model
+
+            # Every file of a cached builtin is hashed against its build record (a damaged one is rebuilt).
+            folder, checked = check_model(args.name)
+            print(f"lite-ppo: {checked}", file=sys.stderr)
+    print(folder)
     return 0
 
 
@@ -72,7 +83,7 @@ def _recipe(name: str) -> tuple[Callable[[str], str], str, str]:
     return (lambda folder: testbed.build_testbed_model(folder, init, config)), what, testbed.shipped_digest(init)
 
 
-def _rebuild(name: str, out: str | None) -> int:
+def _rebuild(name: str, out: str | None) -> str:
     from lite_ppo.models import cache_dir
     from lite_ppo.models.pretraining import weights_digest
 
@@ -89,5 +100,4 @@ def _rebuild(name: str, out: str | None) -> int:
             f"this CPU rounds the pre-training differently; {name} keeps using the shipped weights",
             file=sys.stderr,
         )
-    print(folder)
-    return 0
+    return folder

@@ -291,6 +291,23 @@ def builtin_max_new_tokens(model: str | None) -> int:
     return builtin.max_new_tokens if builtin is not None and builtin.max_new_tokens else DEFAULT_MAX_NEW_TOKENS
 
 
+def check_pass_k(ks: list[int] | None, n: int, where: str) -> None:
+    """Every k of ``--pass-k`` is in 1..n (pass@k draws k of the n responses of a problem): checked
+    before any model loads or generates, so a wrong k costs nothing.
+
+    Raises:
+        UserError: one line naming the k, n and where n came from (``where``).
+    """
+    from lite_ppo.errors import UserError
+
+    bad = [k for k in ks or () if not 1 <= k <= n]
+    if bad:
+        raise UserError(
+            f"--pass-k {' '.join(map(str, bad))}: pass@k needs 1 <= k <= n, and n is {n} responses per problem "
+            f"({where}); give k <= {n} or more responses (--n with --temperature > 0)"
+        )
+
+
 # ------------------------------------------------------------------ the command
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate as ``args`` say; returns the metrics.json payload."""
@@ -303,6 +320,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # The settings, then the model's path, then the benchmarks: a mistake is said before any
     # benchmark is looked for or fetched.
     producer, sampling = rollout_from_args(args)
+    n_from = "--n" if args.n is not None else "--config's rollout.eval_sampling.n" if args.config else "the default"
+    check_pass_k(args.pass_k, sampling.n, n_from)
     if not str(args.model).startswith("builtin:") and not Path(args.model).expanduser().exists():
         raise UserError(
             f"--model {args.model}: no such file or folder (give a Hugging Face folder, builtin:NAME, "

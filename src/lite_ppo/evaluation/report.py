@@ -33,13 +33,25 @@ def table_columns(metrics: Iterable[str]) -> list[str]:
     return [k for k in order if k in keys]
 
 
-def _header(key: str) -> str:
+def _header(key: str, greedy: bool | None = None) -> str:
+    if key == "accuracy" and greedy is not None:
+        # Named for what it is: greedy pass@1, or the share of correct among sampled responses (mean@1).
+        return "accuracy % (greedy)" if greedy else "mean@1 %"
     return {
         "num_problems": "problems",
         "response_length": "length",
         "truncation_rate": "truncated %",
         "unparsed_rate": "unparsed %",
     }.get(key, f"{key} %" if key.startswith(("accuracy", "mean@", "pass@", "maj@")) else key)
+
+
+def _shown_columns(metrics: Iterable[str]) -> list[str]:
+    """The table's columns: :func:`table_columns`, less ``accuracy`` when a ``mean@n`` column holds the same
+    number (n > 1 samples: accuracy is their mean, not greedy pass@1, so it is shown under that name only)."""
+    columns = table_columns(metrics)
+    if any(c.startswith("mean@") for c in columns):
+        columns = [c for c in columns if c != "accuracy"]
+    return columns
 
 
 def format_value(key: str, value: float | None) -> str:
@@ -54,14 +66,18 @@ def format_value(key: str, value: float | None) -> str:
 
 
 def table_rows(
-    results: Mapping[str, Any], titles: Mapping[str, str] | None = None
+    results: Mapping[str, Any], titles: Mapping[str, str] | None = None, greedy: bool | None = None
 ) -> tuple[list[str], list[list[str]]]:
-    """Header and rows: one row per group, then the average rows (when present and non-empty)."""
+    """Header and rows: one row per group, then the average rows (when present and non-empty).
+
+    ``greedy``: whether the responses were decoded greedily (``SamplingConfig.greedy``); with one response
+    per problem it names the accuracy column ``accuracy % (greedy)`` or ``mean@1 %`` (None: ``accuracy %``).
+    With several (``mean@n``) the accuracy is their mean and shows only as ``mean@n %``."""
     groups: Mapping[str, Mapping[str, float]] = results["groups"]
     titles = titles or {}
     first = next(iter(groups.values()), {})
-    columns = table_columns(first)
-    header = ["benchmark", *(_header(c) for c in columns)]
+    columns = _shown_columns(first)
+    header = ["benchmark", *(_header(c, greedy) for c in columns)]
     rows = [[titles.get(name, name), *(format_value(c, m.get(c)) for c in columns)] for name, m in groups.items()]
     for key, label in AVERAGE_ROWS:
         averaged = results.get(key) or {}
@@ -70,24 +86,31 @@ def table_rows(
     return header, rows
 
 
-def markdown_table(results: Mapping[str, Any], titles: Mapping[str, str] | None = None) -> str:
-    """The benchmark x metric table as GitHub Markdown.
+def markdown_table(
+    results: Mapping[str, Any], titles: Mapping[str, str] | None = None, greedy: bool | None = None
+) -> str:
+    """The benchmark x metric table as GitHub Markdown (``greedy``: see :func:`table_rows`).
 
     Example:
-        >>> print(markdown_table({"groups": {"a": {"num_problems": 2.0, "accuracy": 0.5}}}))
-        | benchmark | problems | accuracy % |
+        >>> print(markdown_table({"groups": {"a": {"num_problems": 2.0, "accuracy": 0.5}}}, greedy=True))
+        | benchmark | problems | accuracy % (greedy) |
         | --- | ---: | ---: |
         | a | 2 | 50.0 |
     """
-    header, rows = table_rows(results, titles)
+    header, rows = table_rows(results, titles, greedy)
     lines = ["| " + " | ".join(header) + " |", "| --- |" + " ---: |" * (len(header) - 1)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def text_table(results: Mapping[str, Any], titles: Mapping[str, str] | None = None, title: str | None = None) -> str:
+def text_table(
+    results: Mapping[str, Any],
+    titles: Mapping[str, str] | None = None,
+    title: str | None = None,
+    greedy: bool | None = None,
+) -> str:
     """The same table aligned for a terminal."""
-    header, rows = table_rows(results, titles)
+    header, rows = table_rows(results, titles, greedy)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     fmt = lambda row: "  ".join(
         cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
@@ -165,7 +188,9 @@ def write_report(
             "benchmarks, `weighted average` weights them by problem count.",
             "",
         ]
-    atomic_write_bytes(out / "metrics.md", ("\n".join(header) + markdown_table(results, titles) + "\n").encode())
+    greedy = (info.get("sampling") or {}).get("greedy")
+    table = markdown_table(results, titles, greedy)
+    atomic_write_bytes(out / "metrics.md", ("\n".join(header) + table + "\n").encode())
     paths["metrics.md"] = out / "metrics.md"
     if records is not None:
         paths["responses.jsonl"] = write_jsonl(out / "responses.jsonl", records)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lite_ppo.data.problem import Problem
-from lite_ppo.errors import MissingFileError
+from lite_ppo.errors import MissingFileError, UserError
 from lite_ppo.evaluation.benchmarks import BenchmarkSpec
 from lite_ppo.evaluation.results import GroupMetrics, response_records
 from lite_ppo.rollout.engine import SamplingConfig
@@ -49,7 +49,7 @@ def load_policy_module(model: str, base_model: str | None = None, dtype: str = "
         hparams = dict(client.get("hyper_parameters") or {})
         model_path = base_model or hparams.get("model_path")
         if not model_path:
-            raise ValueError(f"{path}: the checkpoint records no model_path; pass --base-model")
+            raise UserError(f"checkpoint {path} records no model_path; pass --base-model (the model it trained)")
         # A LoRA run's checkpoint holds the peft model's tensors: the same adapters are added first.
         module = LitePPO(model_path=model_path, torch_dtype=dtype, lora=hparams.get("lora"))
         module.configure_model()
@@ -217,6 +217,6 @@ def evaluate_and_report(
     info = {**info, "wall_time_s": time.perf_counter() - start, "timing": timing}
     titles = {spec.name: spec.display for spec, _ in benchmarks}
     write_report(out, results, titles, info, records)
-    print(text_table(results, titles, title=title(info["wall_time_s"])), flush=True)
+    print(text_table(results, titles, title=title(info["wall_time_s"]), greedy=sampling.greedy), flush=True)
     print(f"wrote {Path(out) / 'metrics.json'}, metrics.md, responses.jsonl", flush=True)
     return results, info

@@ -40,7 +40,7 @@ from lite_ppo.models.testbed import install_testbed_model
 from lite_ppo.models.tiny import build_tiny_model
 from lite_ppo.models.tiny_arith import install_tiny_arith_model
 
-__all__ = ["BUILTIN_PREFIX", "BUILTINS", "Builtin", "cache_dir", "cache_problem", "resolve_model"]
+__all__ = ["BUILTIN_PREFIX", "BUILTINS", "Builtin", "cache_dir", "cache_problem", "check_model", "resolve_model"]
 
 BUILTIN_PREFIX = "builtin:"
 # Written last into a finished build; a folder without it (or with an older version) is
@@ -168,14 +168,16 @@ def cache_problem(folder: Path, version: int, full: bool = False) -> str | None:
     return None
 
 
-def _build_builtin(name: str, verify: bool = False) -> str:
+def _build_builtin(name: str, verify: bool = False) -> tuple[str, str | None]:
+    """The builtin's cached folder, built or repaired first when needed, and why it was (re)built:
+    None (the cache was whole), ``"not built"`` or what was wrong with the cached build."""
     builtin = BUILTINS[name]
     root = cache_dir()
     final = root / name
     # Fast path without the lock: a finished folder is only ever replaced by a rename.
     problem = cache_problem(final, builtin.version, full=verify)
     if problem is None:
-        return str(final)
+        return str(final), None
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -188,8 +190,8 @@ def _build_builtin(name: str, verify: bool = False) -> str:
     # makes a crash leave no half-written model behind.
     with FileLock(str(root / f".{name}.lock")):
         problem = cache_problem(final, builtin.version, full=verify)
-        if problem is None:
-            return str(final)
+        if problem is None:  # another process built it while this one waited
+            return str(final), None
         if final.exists():  # a damaged cache is repaired, and said so: it may explain earlier results
             print(f"lite-ppo: {BUILTIN_PREFIX}{name} in {final}: {problem}; building it again", file=sys.stderr)
         else:  # first use: a conversion takes a while and nothing else is on screen meanwhile
@@ -207,7 +209,7 @@ def _build_builtin(name: str, verify: bool = False) -> str:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    return str(final)
+    return str(final), problem
 
 
 def resolve_model(name_or_path: str, verify: bool = False) -> str:
@@ -238,7 +240,7 @@ def resolve_model(name_or_path: str, verify: bool = False) -> str:
         if name not in BUILTINS:
             known = ", ".join(BUILTIN_PREFIX + n for n in BUILTINS)
             raise UserError(f"model {name_or_path!r} (model.model_path / --model): unknown builtin; known: {known}")
-        return _build_builtin(name, verify)
+        return _build_builtin(name, verify)[0]
     path = os.path.expanduser(name_or_path)
     if not os.path.isdir(path):
         raise UserError(
@@ -251,3 +253,29 @@ def resolve_model(name_or_path: str, verify: bool = False) -> str:
             "has no config.json, it is not a Hugging Face model folder"
         )
     return path
+
+
+def check_model(name_or_path: str) -> tuple[str, str]:
+    """``lite-ppo prepare-model``: the model's local folder and one sentence saying what was checked or done.
+
+    A builtin's cached folder has every file hashed against its build record (not only those whose
+    size or time changed); a missing or changed file is repaired by building the folder again. A local
+    folder has no build record: only its ``config.json`` is checked (:func:`resolve_model`).
+
+    Example:
+        >>> check_model("builtin:tiny")          # doctest: +SKIP
+        ('/root/.cache/lite_ppo/models/tiny', 'builtin:tiny: its 7 files match their recorded SHA-256')
+    """
+    if not name_or_path.startswith(BUILTIN_PREFIX):
+        path = resolve_model(name_or_path)
+        return path, f"{path}: a Hugging Face folder (config.json present; it has no build record to hash)"
+    folder, problem = _build_builtin(name_or_path[len(BUILTIN_PREFIX) :], verify=True)
+    try:
+        count = len(json.loads((Path(folder) / _MARKER).read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):  # written a moment ago; unreadable only if removed since
+        count = 0
+    if problem is None:
+        return folder, f"{name_or_path}: its {count} files match their recorded SHA-256"
+    if problem == "not built":
+        return folder, f"{name_or_path}: built; the SHA-256 of its {count} files recorded"
+    return folder, f"{name_or_path}: {problem}: built again, the SHA-256 of its {count} files recorded"

@@ -20,6 +20,13 @@ and nothing is saved, and SIGUSR1 / Ctrl-C are not handled that way. :class:`Pre
 
 A second Ctrl-C stops at once, without a checkpoint (Lightning's KeyboardInterrupt path, status 1).
 
+Before the first training step there is nothing to finish or save, and the start-up can take minutes (a
+large model loading, an inference engine starting, an evaluation before training), during which Lightning's
+handler only notes a SIGTERM until the end of the first step. :class:`StartupSignals` (installed by
+``lite-ppo fit`` before anything loads) makes SIGTERM stop the start-up at once instead: exit status 143,
+one line, the run folder of the run that never started removed (``lite_ppo.cli.lightning_cli``). From the
+first training step on it only passes the signal to the handlers above.
+
 Example::
 
     preemption:
@@ -28,6 +35,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -163,3 +171,70 @@ def save_last_checkpoint(trainer) -> str:
         path = os.path.join(trainer.default_root_dir, "checkpoints", "last.ckpt")
     trainer.save_checkpoint(path)
     return path
+
+
+class StoppedBySignal(SystemExit):
+    """A stop signal outside the training steps ended the run at once: a ``SystemExit`` with status
+    128 + signal number (nothing catches it as an error on the way out)."""
+
+    def __init__(self, signum: int, when: str) -> None:
+        super().__init__(128 + int(signum))
+        self.signum = signal.Signals(signum)
+        self.when = when
+
+
+_LIGHTNING_SIGNAL_LOGGER = "lightning.pytorch.trainer.connectors.signal_connector"
+
+
+class StartupSignals:
+    """SIGTERM stops ``fit`` at once while it starts up (:class:`StoppedBySignal`, status 143), until
+    :meth:`training_started` (the first training step begins); from then on the signal belongs to
+    Lightning and :class:`Preemption` (the step finishes, a checkpoint is saved).
+
+    Installed before the model loads, its handler is the one in place when Lightning registers its own,
+    which calls it after noting the signal (Lightning chains the handler it finds): so the start-up
+    stops promptly both before and after Lightning's registration. After training, once Lightning has put
+    it back, it stops at once again (there is no step left to finish).
+
+    Example::
+
+        startup = StartupSignals().install()
+        try:
+            ...  # build the trainer, fit; a training-step callback calls startup.training_started()
+        finally:
+            startup.uninstall()
+    """
+
+    def __init__(self, signals: tuple[signal.Signals, ...] = (signal.SIGTERM,)) -> None:
+        self.signals = signals
+        self.training = False
+        self._previous: dict[signal.Signals, object] = {}
+
+    def install(self) -> StartupSignals:
+        if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
+            for signum in self.signals:
+                self._previous[signum] = signal.getsignal(signum)
+                signal.signal(signum, self._handle)
+            # Lightning's handler logs "Received SIGTERM" before it calls this one: the stop's own line says it.
+            logging.getLogger(_LIGHTNING_SIGNAL_LOGGER).addFilter(self._quiet_before_training)
+        return self
+
+    def _quiet_before_training(self, record: logging.LogRecord) -> bool:
+        return self.training or "Received SIGTERM" not in record.getMessage()
+
+    def training_started(self) -> None:
+        self.training = True
+
+    def uninstall(self) -> None:
+        """Put back the handlers found at :meth:`install` (where this one is still in place)."""
+        for signum, previous in self._previous.items():
+            if signal.getsignal(signum) == self._handle:
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._previous = {}
+        logging.getLogger(_LIGHTNING_SIGNAL_LOGGER).removeFilter(self._quiet_before_training)
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.training and signal.getsignal(signum) != self._handle:
+            return  # called by Lightning's handler during training: the step finishes (Preemption)
+        when = "after training" if self.training else "during start-up, before the first training step"
+        raise StoppedBySignal(signum, when)
