@@ -1,4 +1,4 @@
-"""``lite-ppo compare --help`` and ``lite-ppo plan --help`` build their parsers without importing the
+"""``lite-ppo compare|plan|sweep --help`` build their parsers without importing the
 plotting, statistics or training stacks (docs/usage.md: a project command's help answers well under a
 second). Checked on the modules a fresh interpreter has loaded, not on a timing."""
 
@@ -22,7 +22,7 @@ print(json.dumps(sorted({{name.split(".")[0] for name in sys.modules}})))
 """
 
 
-@pytest.mark.parametrize("command", ["compare", "plan"])
+@pytest.mark.parametrize("command", ["compare", "plan", "sweep"])
 def test_help_imports_no_heavy_module(command):
     done = subprocess.run(
         [sys.executable, "-c", PROBE.format(command=command)], capture_output=True, text=True, check=True, timeout=120
