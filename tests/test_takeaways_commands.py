@@ -1,7 +1,8 @@
-"""Every ``lite-ppo sweep`` command of docs/takeaways.md parses and expands its grid without running:
-run as written (backslash continuations joined, ``$(seq A B)`` expanded, paths from the repository root)
-with ``--emit-slurm``, each writes one launch script per grid point whose ``fit`` arguments resolve every
-config file and factor fragment it names."""
+"""Every ``lite-ppo sweep`` command of docs/takeaways.md and docs/transfer.md parses and expands its grid
+without running: run as written (backslash continuations joined, ``$(seq A B)`` expanded, paths from the
+repository root, a time box ``--no-start-after`` left out: SLURM starts the runs) with ``--emit-slurm``, each
+writes one launch script per grid point whose ``fit`` arguments resolve every config file and factor
+fragment it names."""
 
 from __future__ import annotations
 
@@ -14,15 +15,16 @@ from helpers.paths import REPO
 from lite_ppo.research.sweep import main as sweep_main
 
 DOC = REPO / "docs/takeaways.md"
+DOCS = (DOC, REPO / "docs/transfer.md")
 
 
-def _sweep_commands() -> list[str]:
-    text = DOC.read_text()
-    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL)
+def _sweep_commands(docs=DOCS) -> list[str]:
     commands = []
-    for block in blocks:
-        joined = block.replace("\\\n", " ")
-        commands += [line.strip() for line in joined.splitlines() if line.strip().startswith("lite-ppo sweep")]
+    for doc in docs:
+        blocks = re.findall(r"```bash\n(.*?)```", doc.read_text(), flags=re.DOTALL)
+        for block in blocks:
+            joined = block.replace("\\\n", " ")
+            commands += [line.strip() for line in joined.splitlines() if line.strip().startswith("lite-ppo sweep")]
     return commands
 
 
@@ -32,7 +34,7 @@ def _expand(command: str) -> list[str]:
 
 
 def test_the_doc_has_sweep_commands():
-    commands = _sweep_commands()
+    commands = _sweep_commands([DOC])
     assert len(commands) >= 6 and any("--seed $(seq 0 15)" in c for c in commands)
 
 
@@ -40,6 +42,9 @@ def test_the_doc_has_sweep_commands():
 def test_a_doc_sweep_command_expands_its_grid(command, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(REPO)
     args = _expand(command)
+    if "--no-start-after" in args:  # a time box for runs started here; refused with --emit-slurm
+        cut = args.index("--no-start-after")
+        args = args[:cut] + args[cut + 2 :]
     out = tmp_path / "runs"
     args = [a if not a.startswith("runs/") else str(out) for a in args]  # --out into the test's folder
     emit = tmp_path / "slurm"
@@ -55,6 +60,8 @@ def test_a_doc_sweep_command_expands_its_grid(command, tmp_path, monkeypatch, ca
         if arg == "--factor":
             name, spec = args[i + 1].split("=", 1)
             levels *= 1 if name in only else len(spec.split(","))
+        if arg == "--grid-config":
+            levels *= len(args[i + 1].split(","))
     recipes = 1
     if "--recipe" in args:
         rest = args[args.index("--recipe") + 1 :]
