@@ -15,7 +15,10 @@ their sizes; ``--set KEY=VALUE`` and any further ``--section.key=value`` go to `
 - ``longtail``: the same with the ``medium`` synthetic tier and ``max_new_tokens`` 512, so response
   lengths spread from a few tokens to the limit (2 prompts x 4 samples by default, to stay
   affordable on 2 cores);
-- ``testbed``: Lite PPO on the testbed's base-like init (``configs/models/testbed_base.yaml``).
+- ``testbed``: Lite PPO on the testbed's base-like init (``configs/models/testbed_base.yaml``);
+- ``transfer``: the real-LM tier (``configs/models/smollm2_transfer.yaml``, docs/transfer.md) on its
+  ``synthetic:medium`` candidate, ``BatchedEngine``; add ``--config configs/engines/vllm_cpu.yaml`` (with the
+  three configs) for the same step through vLLM.
 
 Each invocation runs ``lite-ppo fit`` for ``--steps`` steps in this process (no validation; the
 checkpoints the config asks for land in a temporary folder), reads the TensorBoard scalars back
@@ -105,6 +108,14 @@ WORKLOADS = {
     "testbed": Workload(
         "the testbed's step: Lite PPO on testbed-base, 32 prompts x 8 samples, 80 new tokens",
         ["configs/recipes/lite_ppo.yaml", "configs/models/testbed_base.yaml"],
+    ),
+    "transfer": Workload(
+        "the real-LM tier's step (docs/transfer.md): Lite PPO on SmolLM2-135M, medium tier, 4 x 8, 96 new tokens",
+        [
+            "configs/recipes/lite_ppo.yaml",
+            "configs/models/smollm2_transfer.yaml",
+            "configs/data/transfer_synthetic_medium.yaml",
+        ],
     ),
 }
 

@@ -16,6 +16,7 @@ import yaml
 from PIL import Image
 from scipy import stats
 
+from helpers import pilot_runs
 from helpers.compare_runs import RUNS, write_run
 from lite_ppo import metric_names as m
 from lite_ppo.errors import UserError
@@ -337,16 +338,7 @@ def test_compute_axis_is_the_running_sum_before_each_step():
 # -- held-out score, checkpoint rule and pairwise tests through compare, on event files ----------------
 def write_events(run_dir: Path, scalars: dict[str, dict[int, float]], record: dict) -> Path:
     """A run folder with ``scalars`` (tag -> step -> value) in an event file and ``record`` as run.json."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    run_dir.mkdir(parents=True)
-    writer = SummaryWriter(str(run_dir))
-    for tag, points in scalars.items():
-        for step, value in points.items():
-            writer.add_scalar(tag, value, step)
-    writer.close()
-    (run_dir / "run.json").write_text(json.dumps({"model": "builtin:tiny", "model_name": "tiny", **record}))
-    return run_dir
+    return pilot_runs.write_run(run_dir, scalars, **record)
 
 
 # recipe -> seed -> (eval/average at steps 0, 2, 4; pooled-val deciding step; tokens per step)

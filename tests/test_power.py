@@ -14,6 +14,7 @@ import pytest
 from scipy import stats
 from statsmodels.stats.power import TTestIndPower, TTestPower
 
+from helpers import pilot_runs
 from lite_ppo import metric_names as m
 from lite_ppo.research.bootstrap import BOOTSTRAP_METHOD, paired_bootstrap
 from lite_ppo.research.calibration import (
@@ -222,18 +223,7 @@ def test_bootstrap_covers_zero_without_a_difference_and_excludes_it_with_one():
 
 # -- compare and plan on tiny fake runs -------------------------------------------------------------------
 def write_run(path: Path, recipe: str, seed: int, scalars: dict[str, dict[int, float]], **record) -> Path:
-    from torch.utils.tensorboard import SummaryWriter
-
-    path.mkdir(parents=True)
-    writer = SummaryWriter(str(path))
-    for tag, points in scalars.items():
-        for step, value in points.items():
-            writer.add_scalar(tag, value, step)
-    writer.close()
-    (path / "run.json").write_text(
-        json.dumps({"recipe": recipe, "model": "builtin:tiny", "model_name": "tiny", "seed": seed, **record})
-    )
-    return path
+    return pilot_runs.write_run(path, scalars, recipe=recipe, seed=seed, **record)
 
 
 def f32(values: list[float]) -> list[float]:
