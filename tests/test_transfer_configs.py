@@ -1,5 +1,5 @@
 """The real-LM tier's configs (docs/transfer.md) compose after a recipe as its pilot protocol says: SmolLM2 on
-the exact batched engine, 30 steps of 4 prompts x 8 samples, and per candidate task 1,000 held-out problems of
+vLLM in float32, 30 steps of 4 prompts x 8 samples, and per candidate task 1,000 held-out problems of
 that task alone, the same for every seed and never among the training draws (instantiation only: no model
 is loaded)."""
 
@@ -11,7 +11,7 @@ from helpers.paths import REPO
 from lite_ppo.callbacks import Evaluation, Rollout
 from lite_ppo.cli.lightning_cli import TRAINER_DEFAULTS, LitePPOCLI
 from lite_ppo.data.datamodule import MathDataModule
-from lite_ppo.rollout import BatchedEngine
+from lite_ppo.rollout import VLLMEngine
 from lite_ppo.training.module import LitePPO
 
 TASKS = {"synthetic_medium": "medium", "synthetic_hard": "hard", "paper_easy": "easy"}
@@ -31,7 +31,7 @@ def test_a_candidate_task_composes_as_the_pilot_protocol_fixes_it(task):
     cli = _cli(task, 0)
     (rollout,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, Rollout)]
     (evaluation,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, Evaluation)]
-    assert isinstance(rollout.engine, BatchedEngine)
+    assert isinstance(rollout.engine, VLLMEngine) and rollout.engine.dtype == "float32"
     assert evaluation.evaluate_before_training
     assert cli.model.model_path == "builtin:smollm2-135m-instruct"
     assert cli.trainer.val_check_interval == 15
