@@ -299,6 +299,7 @@ def test_sigterm_to_a_sweep_stops_its_running_fit_and_a_rerun_resumes_it(tmp_pat
             sweep.communicate()
     assert sweep.returncode == 128 + signal.SIGTERM, output[-3000:]
     assert "stopped by SIGTERM" in output and "_seed1" not in output  # the second seed never started
+    assert "its checkpoint and log" in output
     assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     (last,) = out.rglob("last.ckpt")
     assert checkpoint_problem(last) is None
@@ -371,6 +372,7 @@ def test_a_signalled_sweep_with_points_still_to_start_exits_143(tmp_path, parall
             sweep.communicate()
     assert sweep.returncode == 128 + signal.SIGTERM, output[-3000:]
     assert output.count("stopped by SIGTERM") == parallel, output[-3000:]
+    assert output.count("no checkpoint yet") == parallel  # the stand-ins save none: not said to have one
     assert len(list(started.iterdir())) == parallel  # no point started after the signal
     assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 

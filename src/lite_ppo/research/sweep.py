@@ -304,9 +304,11 @@ def run_sweep(
 
 def _report(code, received, i, total, point, out, log_path, start, failed, echo) -> None:
     if received:
+        # A run stopped during its start-up has no checkpoint: the same command starts it again.
+        kept = "its checkpoint and log" if resumable_run(point, out) is not None else "no checkpoint yet; its log"
         echo(
             f"[{i}/{total}] {point.label}: stopped by {signal.Signals(received[0]).name} (exit {code}); "
-            f"its checkpoint and log: {log_path}. Run the same command again to continue the sweep."
+            f"{kept}: {log_path}. Run the same command again to continue the sweep."
         )
         return
     result = finished_run(point, out)
