@@ -153,10 +153,3 @@ def test_plan_says_side_by_side_is_an_assumption_without_a_measurement(tmp_path,
     runs = 2 * result["two_cell"]["seeds_per_cell"]
     assert result["two_cell"]["parallel_s"] == pytest.approx(runs * 115 / 2)
     assert "side by side: not measured" in printed and "assumed as fast as alone" in printed
-
-
-def test_plan_reads_the_file_the_sweep_writes():
-    from lite_ppo.research import parallel_choice
-    from lite_ppo.research import plan as plan_module
-
-    assert plan_module.CHOICE_FILE == parallel_choice.CHOICE_FILE

@@ -25,31 +25,40 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-__all__ = ["STOP_SIGNALS", "deferred_signals", "start_child", "stop_children"]
+__all__ = ["STOP_SIGNALS", "deferred_signals", "signals_to", "start_child", "stop_children"]
 
 # The signals a sweep acts on (SIGTERM from a scheduler, SIGUSR1 before a time limit, Ctrl-C).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 @contextlib.contextmanager
-def deferred_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
-    """While it lasts, ``signals`` are only noted; on the way out the handlers that were in place come
-    back and each noted signal is raised again, so that its handler runs after the block, not inside it.
-    Outside the main thread (no handler can be set there) it changes nothing."""
-    noted: list[int] = []
+def signals_to(handler: Callable, signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """While it lasts, every signal of ``signals`` goes to ``handler``; the handlers found are put back on the
+    way out. Outside the main thread (no handler can be set there) it changes nothing."""
     previous = {}
     try:  # a signal while the handlers are being swapped is handled as it comes, and they are put back
         try:
             for signum in signals:
-                previous[signum] = signal.signal(signum, lambda signum, frame: noted.append(signum))
+                previous[signum] = signal.signal(signum, handler)
         except ValueError:  # not the main thread
             pass
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for signum, earlier in previous.items():
+            signal.signal(signum, earlier)
+
+
+@contextlib.contextmanager
+def deferred_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """While it lasts, ``signals`` are only noted; on the way out the handlers that were in place come
+    back and each noted signal is raised again, so that its handler runs after the block, not inside it."""
+    noted: list[int] = []
+    try:
+        with signals_to(lambda signum, frame: noted.append(signum), signals):
+            yield
+    finally:
         for signum in dict.fromkeys(noted):
             signal.raise_signal(signum)
 

@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from lite_ppo.research.scalars import ScalarTable
     from lite_ppo.research.scores import CheckpointRule
 
-__all__ = ["CHOICE_FILE", "FEW_DF", "Layout", "find_layout", "main", "plan", "wall_seconds"]
+__all__ = ["FEW_DF", "Layout", "find_layout", "main", "plan", "wall_seconds"]
 
 
 WHOLE_RUN = "run.json start to end"
@@ -69,9 +69,6 @@ DESIGNS = {
     "factorial_2x2": "2 x 2 factorial, main effect",
     "paired": "2-cell comparison paired by seed",
 }
-# The file `lite-ppo sweep --parallel auto` keeps its measurement in (lite_ppo.research.parallel_choice's
-# CHOICE_FILE; not imported from there, which would import the sweep's machinery into every plan).
-CHOICE_FILE = "parallel_choice.json"
 # Below this many degrees of freedom an SD's upper 95 % bound is more than 1.44 x the estimate (chi-square at
 # 20: sqrt(20 / 9.59)), so a study may need more than twice the seeds planned: plan says so in words.
 FEW_DF = 20
@@ -131,6 +128,9 @@ def seed_differences(by_seed: dict[str, dict[int, float]]) -> list[list[float]]:
 def find_layout(runs: list[Path]) -> tuple[Layout | None, str]:
     """The measurement of the sweep whose folder holds every run (the nearest ``parallel_choice.json`` above
     each, the same for all), and a sentence on where it came from or why there is none."""
+    # Imported here, when a plan is made: the sweep's module brings torch, which `plan --help` need not load.
+    from lite_ppo.research.parallel_choice import CHOICE_FILE, ParallelChoice
+
     nearest = {next((p / CHOICE_FILE for p in run.parents if (p / CHOICE_FILE).is_file()), None) for run in runs}
     if nearest == {None}:
         return None, f"no {CHOICE_FILE} of `lite-ppo sweep --parallel auto` above the runs"
@@ -138,15 +138,15 @@ def find_layout(runs: list[Path]) -> tuple[Layout | None, str]:
         return None, f"the runs lie in folders with different {CHOICE_FILE} files, or some in none"
     (file,) = nearest
     try:
-        choice = json.loads(file.read_text(encoding="utf-8"))
-        parallel, threads = int(choice["parallel"]), choice.get("threads")
-        alone, together = choice["alone_steps_per_s"], choice["side_by_side_steps_per_s"]
-    except (OSError, ValueError, TypeError, KeyError) as err:
+        choice = ParallelChoice(**json.loads(file.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError) as err:
         return None, f"{file} is not a parallel choice a sweep wrote ({err})"
+    alone, together = choice.alone_steps_per_s, choice.side_by_side_steps_per_s
     if alone is None or together is None or not (alone > 0 and together > 0):
-        return None, f"{file} holds no measurement ({choice.get('why', 'nothing measured')})"
+        return None, f"{file} holds no measurement ({choice.why or 'nothing measured'})"
     # parallel_choice.decide: side by side is `cores` runs of 1 thread, alone one run of `cores` threads.
-    cores = parallel if parallel > 1 else int(threads or 1)
+    cores = choice.parallel if choice.parallel > 1 else int(choice.threads or 1)
+    parallel = choice.parallel
     return Layout(file, cores, float(alone), float(together), parallel), f"measured by the sweep, {file}"
 
 

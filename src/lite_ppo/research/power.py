@@ -164,9 +164,8 @@ def _t_test_power(ncp: float, df: int, alpha: float) -> float:
 
 def power_two_groups(difference: float, n: int, sd: float, alpha: float = ALPHA) -> float:
     """The power of the two-sample t-test to detect ``difference`` with ``n`` seeds per cell, SD ``sd`` each."""
-    from statsmodels.stats.power import TTestIndPower
-
-    return float(TTestIndPower().power(effect_size=abs(difference) / sd, nobs1=n, alpha=alpha, ratio=1.0))
+    d = abs(difference) / sd
+    return _t_test_power(d * math.sqrt(n / 2), 2 * n - 2, alpha)  # statsmodels' answer, without its NaN
 
 
 def seeds_for_two_groups(mde: float, sd: float, alpha: float = ALPHA, power: float = POWER) -> int:

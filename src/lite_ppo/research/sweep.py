@@ -43,7 +43,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shlex
 import signal
 import subprocess
@@ -53,7 +52,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lite_ppo.errors import OneLineParser, UserError, one_line
-from lite_ppo.research.child_processes import STOP_SIGNALS, deferred_signals
+from lite_ppo.research.child_processes import deferred_signals, signals_to
 from lite_ppo.research.fork_server import ForkedRun, ForkServer, ForkServerGone
 from lite_ppo.research.grid import FIT_ENTRY, FIT_PRELOAD, GridPoint, expand_grid, run_env
 from lite_ppo.research.run_folder import RunDir
@@ -64,7 +63,6 @@ from lite_ppo.research.sweep_lock import SweepLock
 __all__ = ["find_point_runs", "main", "run_sweep"]
 
 STATUS_FINISHED = "finished"
-FORWARDED_SIGNALS = STOP_SIGNALS
 # Forking after the imports is safe where fork copies a process as it is (Linux); macOS's system
 # frameworks are not fork-safe once loaded, and Windows has no fork.
 DEFAULT_LAUNCH = "fork" if sys.platform == "linux" else "process"
@@ -169,31 +167,14 @@ def dry_run(points: list[GridPoint], out: Path, python: str | None = None, deadl
     )
 
 
-@contextlib.contextmanager
-def _signals_to(handler):
-    """While it lasts, every signal of :data:`FORWARDED_SIGNALS` goes to ``handler`` (outside the main
-    thread none can be installed: the signals stay as they are)."""
-    previous = {}
-    try:
-        for signum in FORWARDED_SIGNALS:
-            previous[signum] = signal.signal(signum, handler)
-    except ValueError:  # not the main thread
-        pass
-    try:
-        yield
-    finally:
-        for signum, earlier in previous.items():
-            signal.signal(signum, earlier)
-
-
 def _signals_raise():
-    """While it lasts, a signal of :data:`FORWARDED_SIGNALS` raises :class:`SweepInterrupted` here (what
-    runs inside stops its own children on the way out)."""
+    """While it lasts, a stop signal (SIGTERM, SIGUSR1, Ctrl-C) raises :class:`SweepInterrupted` here (what runs
+    inside stops its own children on the way out)."""
 
     def interrupt(signum, frame) -> None:
         raise SweepInterrupted(signum)
 
-    return _signals_to(interrupt)
+    return signals_to(interrupt)
 
 
 def _parallel(text: str) -> int | str:
@@ -221,8 +202,8 @@ def run_sweep(
     ``launch``: ``fork`` forks each run from a server that imported the training stack once
     (:mod:`lite_ppo.research.fork_server`), ``process`` starts each as ``python -m lite_ppo.cli fit ...``.
 
-    A signal of :data:`FORWARDED_SIGNALS` reaches every running point; no further point starts, the
-    running ones are waited for, then :class:`SweepInterrupted` is raised."""
+    A stop signal (SIGTERM, SIGUSR1, Ctrl-C) reaches every running point; no further point starts, the running
+    ones are waited for, then :class:`SweepInterrupted` is raised."""
     logs = out / "sweep_logs"
     logs.mkdir(parents=True, exist_ok=True)
     todo: list[tuple[int, GridPoint, Path | None]] = []
@@ -245,7 +226,7 @@ def run_sweep(
                 child.send_signal(signum)
 
     # no handlers outside the main thread: the children are still waited for
-    with _signals_to(forward):
+    with signals_to(forward):
         try:
             # After a signal no point starts: the sweep ends once the running ones have stopped, however
             # many are still to start (waiting for them to start was a hang).
