@@ -103,3 +103,25 @@ def test_from_the_calibrated_seed_count_the_bootstrap_states_its_verdict(tmp_pat
     assert compare_main([str(tmp_path / "runs"), "--out", str(out)]) == 0
     (pair,) = json.loads((out / "summary.json").read_text())["score"]["pairs"]
     assert pair["paired"]["calibrated"] is True and pair["paired"]["verdict"].startswith("detected: ")
+
+
+def test_an_effect_without_a_verdict_leaves_the_pair_to_welch(tmp_path):
+    """Two cells that share one seed (0-1 against 1-2): the per-seed contrast has one value, no spread and no
+    verdict, so it decides nothing and the pair's Welch test (2 against 2 seeds) is its primary verdict (the
+    effect was marked primary and nothing was printed as primary). The bootstrap, uncalibrated at 2 seeds,
+    states no MDE either."""
+    rng = np.random.default_rng(11)
+    difficulty = rng.uniform(0.2, 0.8, size=60)
+    factors = {"clip": ["off", "on"]}
+    for level, seeds in (("off", (0, 1)), ("on", (1, 2))):
+        for seed in seeds:
+            cell_run(tmp_path / "runs", {"clip": level}, factors, seed, _solved(rng, difficulty, 0.0))
+    out = tmp_path / "cmp"
+    assert compare_main([str(tmp_path / "runs"), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    (pair,) = summary["score"]["pairs"]
+    assert pair["primary"] == "final (Welch t-test over seeds)" and pair["final"]["role"] == "primary"
+    assert pair["final"]["verdict"]
+    (design,) = summary["factorial"]
+    assert all(effect["verdict"] is None for effect in design["main_effects"])
+    assert pair["paired"] is not None and pair["paired"]["mde"] is None and not pair["paired"]["calibrated"]

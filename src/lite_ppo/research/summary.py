@@ -189,6 +189,8 @@ def _paired(
         else f"not calibrated below {BOOTSTRAP_CALIBRATED_SEEDS} seeds per cell ({len(a)} and {len(b)} here)"
     )
     out["verdict"] = verdict(out["diff"], out["ci"], out["p"], out["mde"], uncalibrated=uncalibrated)
+    if uncalibrated:  # its MDE would be the bound the verdict withholds
+        out["mde"] = None
     return out
 
 
@@ -306,8 +308,14 @@ def _name_primaries(score: dict[str, Any], factorial: list[dict[str, Any]], key:
     each pair gets ``primary``, the verdict that decides it, and ``primary_effect``, the factorial effect's name
     when that is it (else None)."""
     for pair in score["pairs"]:
+        # An effect without a verdict (one shared seed: no spread to test) decides nothing: Welch stays primary.
         effect = next(
-            (found for d in factorial if d["on_score"] and (found := _same_contrast(d, pair["a"], pair["b"]))), None
+            (
+                found
+                for d in factorial
+                if d["on_score"] and (found := _same_contrast(d, pair["a"], pair["b"])) and found[0].get("verdict")
+            ),
+            None,
         )
         pair["primary_effect"] = effect[1] if effect else None
         pair["primary"] = f"factorial effect {effect[1]}" if effect else f"{key} ({WELCH_METHOD})"
