@@ -442,7 +442,7 @@ class _CheckpointProgress(Callback):
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
         fit_loop = (checkpoint.get("loops") or {}).get("fit_loop")
-        if trainer.state.fn == "validate" and fit_loop:
+        if fit_loop:  # added for validate only
             trainer.fit_loop.load_state_dict(fit_loop)
 
 

@@ -270,10 +270,8 @@ def check_model(name_or_path: str) -> tuple[str, str]:
         path = resolve_model(name_or_path)
         return path, f"{path}: a Hugging Face folder (config.json present; it has no build record to hash)"
     folder, problem = _build_builtin(name_or_path[len(BUILTIN_PREFIX) :], verify=True)
-    try:
-        count = len(json.loads((Path(folder) / _MARKER).read_text())["files"])
-    except (OSError, ValueError, KeyError, TypeError):  # written a moment ago; unreadable only if removed since
-        count = 0
+    # The build record was checked (or written) a moment ago: an error reading it now is worth its traceback.
+    count = len(json.loads((Path(folder) / _MARKER).read_text())["files"])
     if problem is None:
         return folder, f"{name_or_path}: its {count} files match their recorded SHA-256"
     if problem == "not built":

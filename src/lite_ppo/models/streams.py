@@ -33,9 +33,9 @@ def stdout_to_stderr() -> Iterator[None]:
         saved = os.dup(1)
     except OSError:  # no descriptor 1 (closed stdout): redirect Python's stream only
         saved = None
-    if saved is not None:
-        os.dup2(2, 1)
     try:
+        if saved is not None:
+            os.dup2(2, 1)
         # A handler created inside the block (DeepSpeed's, at its import) binds this stream: stderr for good.
         with contextlib.redirect_stdout(sys.stderr):
             yield
@@ -43,6 +43,17 @@ def stdout_to_stderr() -> Iterator[None]:
         # What a handler bound earlier wrote into the stdout buffer meanwhile goes out while 1 is stderr.
         stdout.flush()
         sys.stderr.flush()
+        _flush_c_stdio()  # C code's buffered printf output, written while 1 was stderr, goes there
         if saved is not None:
             os.dup2(saved, 1)
             os.close(saved)
+
+
+def _flush_c_stdio() -> None:
+    """``fflush(NULL)`` of the C library: its stdout is fully buffered when fd 1 is a pipe (``$(...)``)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no C library to load here: nothing of it buffered
+        pass

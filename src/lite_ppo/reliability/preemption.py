@@ -228,7 +228,7 @@ class StartupSignals:
     def uninstall(self) -> None:
         """Put back the handlers found at :meth:`install` (where this one is still in place)."""
         for signum, previous in self._previous.items():
-            if signal.getsignal(signum) == self._handle:
+            if signal.getsignal(signum) in (self._handle, signal.SIG_IGN):  # SIG_IGN: set when it stopped
                 signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         self._previous = {}
         logging.getLogger(_LIGHTNING_SIGNAL_LOGGER).removeFilter(self._quiet_before_training)
@@ -237,4 +237,6 @@ class StartupSignals:
         if self.training and signal.getsignal(signum) != self._handle:
             return  # called by Lightning's handler during training: the step finishes (Preemption)
         when = "after training" if self.training else "during start-up, before the first training step"
+        # Once: a second SIGTERM would raise again inside the clean-up (a half-removed run folder).
+        signal.signal(signum, signal.SIG_IGN)
         raise StoppedBySignal(signum, when)
