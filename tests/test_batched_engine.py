@@ -52,8 +52,8 @@ def _full_logits(model, ids: list[int]) -> torch.Tensor:
 # models (logits up to ~30) depends on the thread count (measured: docs/benchmarks.md, "Equivalence
 # tolerances"), so 5e-5 absolute, about 1e-6 of the logits' scale; float64 leaves the algorithm and one
 # float32 step that both sides share: transformers' RMSNorm computes in float32 whatever the model's dtype,
-# so inputs one float64 ulp apart can round apart there. On these models that stays below 1e-10; on
-# SmolLM2 it does not (test_smollm2_decodes_as_its_own_forward_and_greedy_as_generate below).
+# so inputs one float64 ulp apart can round apart there: below 1e-10 on these models, not on SmolLM2
+# (test_smollm2_decodes_as_its_own_forward_and_greedy_as_generate below; docs/benchmarks.md).
 @pytest.mark.parametrize(("dtype", "atol", "rtol"), [(torch.float32, 5e-5, 1e-5), (torch.float64, 1e-10, 1e-10)])
 @pytest.mark.parametrize("name", ["builtin:testbed-base", "builtin:tiny", "builtin:tiny-qwen3"])
 def test_decoder_logits_equal_the_models_own_forward_under_teacher_forcing(name, dtype, atol, rtol):
@@ -319,11 +319,10 @@ def test_smollm2_decodes_as_its_own_forward_and_greedy_as_generate():
     """The real-LM tier's model (SmolLM2-135M-Instruct: 30 layers, 9 query heads on 3 KV heads, tied
     embeddings, rope theta 1e5, its chat template's long system prompt): the decoder's logits under teacher
     forcing equal the model's own forward in float32, and greedy tokens equal ``generate``'s. Its 30
-    layers round more than the testbed's 2: 2e-4 absolute, about 5e-6 of its logits' scale, from the worst
-    differences measured at each dispatch level over 4 continuation seeds (docs/benchmarks.md, "Equivalence
-    tolerances"). Not in float64: transformers' RMSNorm rounds to float32 on both sides, and on one row of
-    random continuation tokens that alone moved logits by up to 1e-5, so float64 would not isolate the
-    algorithm."""
+    layers round more than the testbed's 2: 2e-4 absolute, from the worst differences measured at each
+    dispatch level over 4 continuation seeds (docs/benchmarks.md, "Equivalence tolerances"). Not in float64:
+    transformers' RMSNorm rounds to float32 on both sides, which alone moves some rows' float64 logits far
+    above float64 rounding, so float64 would not isolate the algorithm."""
     test_decoder_logits_equal_the_models_own_forward_under_teacher_forcing(
         "builtin:smollm2-135m-instruct", torch.float32, 2e-4, 1e-5
     )

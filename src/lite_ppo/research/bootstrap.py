@@ -17,8 +17,8 @@ and problems gives
 
 Resampling a group's n seeds sees the spread between seeds only through those n: with two seeds, half the
 rounds draw one seed twice, and the interval comes out far narrower than the seeds' own t-interval. Its
-false-positive rate was measured on real runs at 16 and 24 seeds per group
-(:data:`BOOTSTRAP_CALIBRATED_SEEDS`), so below that ``compare`` shows its interval without a verdict.
+false-positive rate was measured on real runs from :data:`BOOTSTRAP_CALIBRATED_SEEDS` seeds per group up,
+so below that ``compare`` shows its interval without a verdict.
 
 Example:
     >>> a = np.array([[1, 1, 0, 1], [1, 0, 0, 1]]); b = np.array([[1, 0, 0, 0], [0, 0, 1, 0]])
@@ -37,9 +37,8 @@ __all__ = ["BOOTSTRAP_CALIBRATED_SEEDS", "BOOTSTRAP_METHOD", "BOOTSTRAP_ROUNDS",
 BOOTSTRAP_ROUNDS = 2000
 BOOTSTRAP_SEED = 0  # a fixed Generator seed: the same runs give the same interval every time
 BOOTSTRAP_METHOD = "two-level bootstrap over seeds and problems, paired by problem"
-# The fewest seeds per group at which the bootstrap's A/A rate was measured: 16 against 16 on the 20-step
-# testbed (4.5 %) and 24 against 24 on the headroom setting (6.5 %, 1,000 splits); docs/benchmarks.md, "The
-# instrument, calibrated". Nothing says how it behaves with fewer, and with two seeds it cannot see their spread.
+# The fewest seeds per group at which the bootstrap's A/A rate was measured (docs/benchmarks.md, "The
+# instrument, calibrated"). Nothing says how it behaves with fewer, and with two seeds it cannot see their spread.
 BOOTSTRAP_CALIBRATED_SEEDS = 16
 
 

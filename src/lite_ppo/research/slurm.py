@@ -67,7 +67,7 @@ def emit_slurm(
 def _write_script(path: Path, text: str) -> None:
     """Replace ``path`` whole (a job that starts while the sweep rewrites its scripts reads the old or the new
     one, never part of one), executable."""
-    # Imported here: checkpoint_io brings torch and Lightning, ten seconds that `sweep --help` need not pay.
+    # Imported here: checkpoint_io brings torch and Lightning, which `sweep --help` need not load.
     from lite_ppo.reliability.checkpoint_io import atomic_write_bytes
 
     atomic_write_bytes(path, text.encode())
